@@ -1,0 +1,86 @@
+"""Events a streamed run emits, in order; exactly one terminal event ends a stream.
+
+RunCompleted, RunFailed and RunCancelled are terminal. RunCancelled carries the
+run's finished entries plus the partial assistant text already streamed in the
+interrupted turn, so a caller can keep what the user saw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Union
+
+from webapp.transcript import Entry, ToolCallEntry, ToolResultEntry
+
+if TYPE_CHECKING:
+    from webapp.runtime.result import RunResult
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    run_id: str
+    agent_name: str
+    resumed: bool = False
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallStarted:
+    call: ToolCallEntry
+
+
+@dataclass(frozen=True)
+class ToolCallFinished:
+    result: ToolResultEntry
+
+
+@dataclass(frozen=True)
+class TurnEnded:
+    turn: int
+
+
+@dataclass(frozen=True)
+class HandoffOccurred:
+    from_agent: str
+    to_agent: str
+
+
+@dataclass(frozen=True)
+class RunCompleted:
+    result: RunResult
+
+
+@dataclass(frozen=True)
+class RunFailed:
+    error: BaseException
+    entries: list[Entry] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunCancelled:
+    entries: list[Entry] = field(default_factory=list)
+
+
+TerminalEvent = Union[RunCompleted, RunFailed, RunCancelled]
+Event = Union[
+    RunStarted,
+    TextDelta,
+    ReasoningDelta,
+    ToolCallStarted,
+    ToolCallFinished,
+    TurnEnded,
+    HandoffOccurred,
+    RunCompleted,
+    RunFailed,
+    RunCancelled,
+]
+TERMINAL_EVENTS = (RunCompleted, RunFailed, RunCancelled)

@@ -1,0 +1,93 @@
+"""Checkpoint: how far one run has got, so it survives a crash.
+
+A snapshot is the run's *own* entries (its input and everything it produced)
+plus a small head that is replaced on every save. Entries are append-only:
+a save costs what it adds, not the run's length, so long runs stay cheap.
+The caller's context object is never stored; pass it again on resume.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from webapp.transcript import Entry
+from webapp.usage import Usage
+
+RunStatus = Literal["running", "interrupted", "completed", "failed"]
+RUN_STATUSES = ("running", "interrupted", "completed", "failed")
+
+
+@dataclass(frozen=True)
+class RunHead:
+    agent_name: str
+    usage: Usage = field(default_factory=Usage)
+    turns: int = 0
+    status: RunStatus = "running"
+    context_state: dict[str, Any] = field(default_factory=dict)
+    output: str | None = None
+    error: str | None = None
+    session_id: str | None = None
+    started_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        if self.status not in RUN_STATUSES:
+            raise ValueError(f"status must be one of {RUN_STATUSES}, got {self.status!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["usage"] = self.usage.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunHead:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["usage"] = Usage.from_dict(data.get("usage"))
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    run_id: str
+    entries: list[Entry]
+    head: RunHead
+
+    @property
+    def status(self) -> RunStatus:
+        return self.head.status
+
+
+@runtime_checkable
+class Checkpointer(Protocol):
+    async def append(self, run_id: str, entries: list[Entry], head: RunHead) -> None:
+        """Add the entries produced since the last call and replace the head."""
+        ...
+
+    async def load(self, run_id: str) -> RunSnapshot | None: ...
+
+    async def delete(self, run_id: str) -> None: ...
+
+
+class InMemoryCheckpointer:
+    """Checkpoints in a dict: tests only -- it cannot survive the crash it is for."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, tuple[list[Entry], RunHead]] = {}
+
+    async def append(self, run_id: str, entries: list[Entry], head: RunHead) -> None:
+        stored = self._runs.get(run_id)
+        saved = stored[0] if stored else []
+        saved.extend(entries)
+        self._runs[run_id] = (saved, head)
+
+    async def load(self, run_id: str) -> RunSnapshot | None:
+        stored = self._runs.get(run_id)
+        if stored is None:
+            return None
+        return RunSnapshot(run_id, list(stored[0]), RunHead.from_dict(stored[1].to_dict()))
+
+    async def delete(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)

@@ -1,0 +1,93 @@
+"""Transcript entries: the immutable records every store and model speaks.
+
+Invariant: a transcript that is sent to a model, stored as a finished segment
+or left behind by a rewind is *tool-consistent* -- every ToolCallEntry has a
+ToolResultEntry with the same call_id. A dangling call makes OpenAI-style
+endpoints reject the next request ("tool_calls must be followed by tool
+messages"), which is how a stopped run used to break the following message.
+`drop_dangling_tool_calls` is the one way to restore the invariant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Iterable, Union
+
+
+@dataclass(frozen=True)
+class UserEntry:
+    text: str
+
+
+@dataclass(frozen=True)
+class AssistantEntry:
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningEntry:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallEntry:
+    call_id: str
+    name: str
+    arguments: str  # JSON text exactly as the model sent it
+
+
+@dataclass(frozen=True)
+class ToolResultEntry:
+    call_id: str
+    output: str
+    is_error: bool = False
+
+
+Entry = Union[UserEntry, AssistantEntry, ReasoningEntry, ToolCallEntry, ToolResultEntry]
+
+_TYPES: dict[str, type] = {
+    "user": UserEntry,
+    "assistant": AssistantEntry,
+    "reasoning": ReasoningEntry,
+    "tool_call": ToolCallEntry,
+    "tool_result": ToolResultEntry,
+}
+_NAMES: dict[type, str] = {cls: name for name, cls in _TYPES.items()}
+
+
+def entry_to_dict(entry: Entry) -> dict[str, Any]:
+    """A JSON-safe dict with a ``"type"`` key naming the entry kind."""
+    try:
+        name = _NAMES[type(entry)]
+    except KeyError:
+        raise TypeError(f"not a transcript entry: {entry!r}") from None
+    return {"type": name, **asdict(entry)}
+
+
+def entry_from_dict(data: dict[str, Any]) -> Entry:
+    """Rebuild an entry; unknown keys are ignored, an unknown type raises."""
+    kind = data.get("type")
+    cls = _TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValueError(
+            f"unknown transcript entry type {kind!r}; expected one of {sorted(_TYPES)}"
+        )
+    known = {f.name for f in fields(cls)}
+    try:
+        return cls(**{k: v for k, v in data.items() if k in known})  # type: ignore[no-any-return]
+    except TypeError as exc:
+        raise ValueError(f"malformed {kind} entry {data!r}: {exc}") from None
+
+
+def drop_dangling_tool_calls(entries: Iterable[Entry]) -> list[Entry]:
+    """Remove every ToolCallEntry without a matching result; keep the rest in order."""
+    items = list(entries)
+    answered = {e.call_id for e in items if isinstance(e, ToolResultEntry)}
+    return [e for e in items if not (isinstance(e, ToolCallEntry) and e.call_id not in answered)]
+
+
+def dangling_tool_calls(entries: Iterable[Entry]) -> list[ToolCallEntry]:
+    """The calls that still wait for a result, in order."""
+    items = list(entries)
+    answered = {e.call_id for e in items if isinstance(e, ToolResultEntry)}
+    return [e for e in items if isinstance(e, ToolCallEntry) and e.call_id not in answered]
