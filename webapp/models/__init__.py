@@ -1,0 +1,6 @@
+"""Model adapters: anything that implements `webapp.models.Model`."""
+
+from webapp.models.scripted import ScriptedModel
+from webapp.runtime.model import Model
+
+__all__ = ["Model", "ScriptedModel"]
