@@ -1,1 +1,52 @@
-"""Chat with durable runs: an agent runtime plus a server-rendered chat UI."""
+"""Chat with durable runs: an agent runtime plus a server-rendered chat UI.
+
+Layers, lowest first: transcript -> stores -> runtime -> models -> web.
+"""
+
+from webapp.errors import GuardrailTripped, UserError
+from webapp.runtime.agent import Agent, RunHooks
+from webapp.runtime.context_policy import ContextPolicy, FileResultStore
+from webapp.runtime.options import CheckpointOptions
+from webapp.runtime.result import RunResult
+from webapp.runtime.runner import Runner
+from webapp.runtime.tool import RunContext, tool
+from webapp.stores.checkpoint import Checkpointer, InMemoryCheckpointer, RunHead, RunSnapshot
+from webapp.stores.session import InMemorySession, Segment, Session
+from webapp.usage import Usage
+
+__all__ = [
+    "Agent",
+    "Runner",
+    "RunResult",
+    "RunContext",
+    "Usage",
+    "tool",
+    "RunHooks",
+    "GuardrailTripped",
+    "UserError",
+    "Session",
+    "Segment",
+    "InMemorySession",
+    "SQLiteSession",
+    "Checkpointer",
+    "InMemoryCheckpointer",
+    "SQLiteCheckpointer",
+    "CheckpointOptions",
+    "RunSnapshot",
+    "RunHead",
+    "ContextPolicy",
+    "FileResultStore",
+]
+
+
+def __getattr__(name: str) -> object:
+    # The SQLite stores import aiosqlite; load them on first use only.
+    if name == "SQLiteSession":
+        from webapp.stores.sqlite_session import SQLiteSession
+
+        return SQLiteSession
+    if name == "SQLiteCheckpointer":
+        from webapp.stores.sqlite_checkpoint import SQLiteCheckpointer
+
+        return SQLiteCheckpointer
+    raise AttributeError(f"module 'webapp' has no attribute {name!r}")

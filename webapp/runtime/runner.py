@@ -1,0 +1,534 @@
+"""The run loop: model turns and tool calls, checkpointed so a run survives a crash.
+
+A run reads as a short sequence of steps (see `_Run.execute`): prepare the
+checkpoint (start, resume or replay), settle tool calls a crash left without a
+result, then alternate model turns and tool calls until the model answers
+without calling a tool. Saves happen at run start, after every model turn and
+after every tool result, so a crash loses at most the work in flight.
+
+On success the order is fixed: checkpoint completed, *then* session append. A
+run is never both "persisted as finished" and "still resumable"; a crash
+between the two is healed by the next replay, because session appends are
+idempotent per run_id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import Any, AsyncIterator, Sequence, Union
+
+from webapp.errors import UserError
+from webapp.events import (
+    Event,
+    HandoffOccurred,
+    ReasoningDelta,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunStarted,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnEnded,
+)
+from webapp.runtime.agent import Agent, RunHooks
+from webapp.runtime.model import (
+    FinishPart,
+    ModelRequest,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    UsagePart,
+)
+from webapp.runtime.options import CheckpointOptions
+from webapp.runtime.result import RunResult
+from webapp.runtime.tool import RunContext, Tool
+from webapp.stores.checkpoint import RunHead, RunSnapshot
+from webapp.stores.session import Session
+from webapp.transcript import (
+    AssistantEntry,
+    Entry,
+    ReasoningEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+    UserEntry,
+    dangling_tool_calls,
+    drop_dangling_tool_calls,
+)
+
+logger = logging.getLogger("webapp.runtime")
+
+RunInput = Union[str, Sequence[Entry]]
+
+
+# Loop control: what one model turn decided.
+@dataclass(frozen=True)
+class FinalOutput:
+    text: str
+
+
+@dataclass(frozen=True)
+class RunAgain:
+    calls: list[ToolCallEntry]
+
+
+class Runner:
+    """Runs agents. Stateless: everything a run needs is passed to each call."""
+
+    @classmethod
+    async def run(
+        cls,
+        agent: Agent,
+        input: RunInput,
+        *,
+        session: Session | None = None,
+        session_id: str | None = None,
+        checkpoint: CheckpointOptions | None = None,
+        context: Any = None,
+        max_turns: int = 20,
+    ) -> RunResult:
+        """Run to the end and return the result; raises the failed run's own exception."""
+        handle = cls.stream(
+            agent,
+            input,
+            session=session,
+            session_id=session_id,
+            checkpoint=checkpoint,
+            context=context,
+            max_turns=max_turns,
+        )
+        try:
+            async for _ in handle:
+                pass
+            return await handle.result()
+        except asyncio.CancelledError:
+            handle.cancel()  # our caller gave up: so does the run (and its model stream)
+            raise
+
+    @classmethod
+    def stream(
+        cls,
+        agent: Agent,
+        input: RunInput,
+        *,
+        session: Session | None = None,
+        session_id: str | None = None,
+        checkpoint: CheckpointOptions | None = None,
+        context: Any = None,
+        max_turns: int = 20,
+    ) -> RunHandle:
+        """Start the run as a task now; iterate the handle for its events."""
+        run = _Run(agent, input, session, session_id, checkpoint, context, max_turns)
+        return RunHandle(run)
+
+
+class RunHandle:
+    """A run in progress: an async iterator of events, ``result()`` and ``cancel()``.
+
+    Iterating never raises: a failure arrives as `RunFailed`, a cancel as
+    `RunCancelled`, each exactly once and last.
+    """
+
+    def __init__(self, run: _Run) -> None:
+        self.run_id = run.run_id
+        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._finished = False
+        self._cancel_requested = False
+        self._run = run
+        run.emit = self._emit
+        self._task = asyncio.get_running_loop().create_task(run.execute(), name=f"run-{run.run_id}")
+        self._task.add_done_callback(self._ensure_terminal)
+
+    def _emit(self, event: Event) -> None:
+        if isinstance(event, (RunCompleted, RunFailed, RunCancelled)):
+            self._run.terminal_sent = True
+        self._queue.put_nowait(event)
+
+    def _ensure_terminal(self, task: asyncio.Task[RunResult]) -> None:
+        # A task cancelled before its first step never runs its own handlers.
+        if self._run.terminal_sent:
+            return
+        if task.cancelled():
+            self._emit(RunCancelled([]))
+        elif task.exception() is not None:
+            self._emit(RunFailed(task.exception(), []))  # type: ignore[arg-type]
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[Event]:
+        while not self._finished:
+            event = await self._queue.get()
+            if isinstance(event, (RunCompleted, RunFailed, RunCancelled)):
+                self._finished = True
+            yield event
+
+    def cancel(self) -> None:
+        """Stop the run: interrupts the model stream or the running tool at once."""
+        if not self._cancel_requested and not self._task.done():
+            self._cancel_requested = True
+            self._task.cancel()
+
+    @property
+    def done(self) -> bool:
+        return self._task.done()
+
+    async def result(self) -> RunResult:
+        """The result; raises the run's exception, or CancelledError after a cancel."""
+        return await asyncio.shield(self._task)
+
+
+@dataclass
+class _Run:
+    entry_agent: Agent
+    input: RunInput
+    session: Session | None
+    session_id: str | None
+    checkpoint: CheckpointOptions | None
+    context: Any
+    max_turns: int
+    run_id: str = ""
+    emit: Any = None
+    agent: Agent = field(init=False)
+    history: list[Entry] = field(default_factory=list)
+    entries: list[Entry] = field(default_factory=list)  # the run's own
+    unsaved: list[Entry] = field(default_factory=list)
+    head: RunHead = field(init=False)
+    partial: str = ""  # text streamed in the turn in flight
+    finish_reason: str | None = None
+    call_ids: set[str] = field(default_factory=set)
+    ctx: RunContext = field(init=False)
+    completed: bool = False
+    saved: bool = False  # this run has written its checkpoint at least once
+    terminal_sent: bool = False
+
+    def __post_init__(self) -> None:
+        self.agent = self.entry_agent
+        self.run_id = self.checkpoint.run_id if self.checkpoint else uuid.uuid4().hex
+        self.head = RunHead(agent_name=self.agent.name, session_id=self.session_id)
+        self.ctx = RunContext(self.run_id, self.session_id, 0, self.context, self.agent.name)
+
+    # --- the run, step by step ---------------------------------------------------
+
+    async def execute(self) -> RunResult:
+        try:
+            self._check_arguments()
+            snapshot = await self._existing_snapshot()
+            if snapshot is not None and snapshot.status == "completed":
+                return await self._replay(snapshot)
+            if snapshot is not None:
+                await self._restore(snapshot)
+            else:
+                await self._start()
+            await self._settle_dangling_calls()
+            output = await self._loop()
+            return await self._finish(output)
+        except asyncio.CancelledError:
+            if self.completed:  # too late to stop: the run is already durable as finished
+                return await self._finish_after_late_cancel()
+            await self._mark("interrupted")
+            self.emit(RunCancelled(self._entries_seen()))
+            raise
+        except Exception as exc:
+            await self._fail(exc)
+            raise
+
+    def _check_arguments(self) -> None:
+        if self.session is not None and not self.session_id:
+            raise UserError("Runner got session= without session_id=; pass the conversation's id")
+        if self.max_turns < 1:
+            raise UserError(f"max_turns must be >= 1, got {self.max_turns!r}")
+        if not isinstance(self.input, (str, list, tuple)):
+            raise UserError(f"input must be a string or a list of entries, got {type(self.input).__name__}")
+
+    async def _existing_snapshot(self) -> RunSnapshot | None:
+        cp = self.checkpoint
+        if cp is None:
+            return None
+        snapshot = cp.resume_from or await cp.checkpointer.load(cp.run_id)
+        policy = cp.if_run_exists
+        if snapshot is None:
+            if policy == "resume_only":
+                raise UserError(
+                    f"no stored run {cp.run_id!r} to resume; check the run_id or use "
+                    "if_run_exists='resume' to start a new run"
+                )
+            return None
+        if policy == "fail":
+            raise UserError(
+                f"run {cp.run_id!r} already exists ({snapshot.status}); generate a new "
+                "run_id, or pass if_run_exists='resume' or 'restart'"
+            )
+        if policy == "restart":
+            await cp.checkpointer.delete(cp.run_id)
+            return None
+        return snapshot
+
+    async def _start(self) -> None:
+        new = [UserEntry(self.input)] if isinstance(self.input, str) else list(self.input)
+        self.history = await self._load_history()
+        self.call_ids = _call_ids(self.history)
+        self.entries = []
+        self.head = replace(self.head, context_state=await self._carried_context_state())
+        self._add(new)
+        await self._save()  # the user's input is durable at once
+        self.emit(RunStarted(self.run_id, self.agent.name, False))
+        await self._hook("on_run_start", self.ctx)
+
+    async def _restore(self, snapshot: RunSnapshot) -> None:
+        agent = self.entry_agent.find(snapshot.head.agent_name)
+        if agent is None:
+            raise UserError(
+                f"run {self.run_id!r} was in agent {snapshot.head.agent_name!r}, which is not in "
+                f"{self.entry_agent.name!r}'s handoff graph any more; it cannot be resumed"
+            )
+        self.agent = agent
+        self.head = replace(snapshot.head, status="running", error=None)
+        self.ctx.agent_name, self.ctx.turn, self.ctx.usage = agent.name, self.head.turns, self.head.usage
+        if self.session_id is None and snapshot.head.session_id:
+            self.session_id = self.ctx.session_id = snapshot.head.session_id
+        self.history = await self._load_history()
+        self.entries = list(snapshot.entries)
+        self.call_ids = _call_ids(self.history) | _call_ids(self.entries)
+        await self._save()
+        self.emit(RunStarted(self.run_id, self.agent.name, True))
+        await self._hook("on_run_start", self.ctx)
+
+    async def _settle_dangling_calls(self) -> None:
+        """A crash between a model turn and its tool results: run those calls again."""
+        calls = dangling_tool_calls(self.entries)
+        if calls:
+            await self._run_tools(calls)  # same turn number: head.turns was saved with them
+
+    async def _loop(self) -> str:
+        while True:
+            if self.head.turns >= self.max_turns:
+                raise UserError(
+                    f"run {self.run_id!r} reached max_turns={self.max_turns} without a final "
+                    "answer; raise max_turns or check the tools for a loop"
+                )
+            step = await self._model_turn()
+            if isinstance(step, FinalOutput):
+                self.emit(TurnEnded(self.head.turns))
+                return step.text
+            await self._run_tools(step.calls)
+            self.emit(TurnEnded(self.head.turns))
+
+    async def _model_turn(self) -> FinalOutput | RunAgain:
+        model = self.agent.model
+        if model is None:
+            raise UserError(f"agent {self.agent.name!r} has no model; pass Agent(model=...)")
+        request = ModelRequest(
+            system=await self.agent.render_instructions(self.ctx),
+            entries=self._model_view(),
+            tools=[t.spec for t in self._tools().values()],
+        )
+        reasoning, calls = "", []
+        self.partial, self.finish_reason = "", None
+        async for part in model.stream(request):
+            if isinstance(part, TextPart) and part.text:
+                self.partial += part.text
+                self.emit(TextDelta(part.text))
+            elif isinstance(part, ReasoningPart) and part.text:
+                reasoning += part.text
+                self.emit(ReasoningDelta(part.text))
+            elif isinstance(part, ToolCallPart):
+                calls.append(ToolCallEntry(self._unique_call_id(part.call_id), part.name, part.arguments))
+            elif isinstance(part, UsagePart):
+                self.head = replace(self.head, usage=self.head.usage + part.usage)
+            elif isinstance(part, FinishPart):
+                self.finish_reason = part.reason
+        text, self.partial = self.partial, ""
+        produced: list[Entry] = [ReasoningEntry(reasoning)] if reasoning else []
+        produced += [AssistantEntry(text)] if text else []
+        self.head = replace(self.head, turns=self.head.turns + 1)
+        self.ctx.turn, self.ctx.usage = self.head.turns, self.head.usage
+        self._add(produced + calls)
+        await self._save()
+        return RunAgain(calls) if calls else FinalOutput(text)
+
+    async def _run_tools(self, calls: list[ToolCallEntry]) -> None:
+        tools = self._tools()
+        for call in calls:
+            self.emit(ToolCallStarted(call))
+            await self._hook("on_tool_start", self.ctx, call)
+            result = await self._invoke(tools, call)
+            policy = self.agent.context_policy
+            if policy is not None:
+                state = await policy.archive(self._session_key, result, self.head.context_state)
+                self.head = replace(self.head, context_state=state)
+            self._add([result])
+            await self._save()
+            await self._hook("on_tool_end", self.ctx, result)
+            self.emit(ToolCallFinished(result))
+
+    async def _invoke(self, tools: dict[str, Tool], call: ToolCallEntry) -> ToolResultEntry:
+        target = next((a for a in self.agent.handoffs if a.handoff_tool_name() == call.name), None)
+        if target is not None:
+            previous, self.agent = self.agent, target
+            self.head = replace(self.head, agent_name=target.name)
+            self.ctx.agent_name = target.name
+            self.emit(HandoffOccurred(previous.name, target.name))
+            return ToolResultEntry(call.call_id, f"Transferred to {target.name}.")
+        found = tools.get(call.name)
+        if found is None:
+            return ToolResultEntry(
+                call.call_id,
+                f"unknown tool {call.name!r}; available tools: {', '.join(sorted(tools)) or 'none'}",
+                True,
+            )
+        return await found.invoke(self.ctx, call)
+
+    async def _finish(self, output: str) -> RunResult:
+        for guardrail in self.agent.output_guardrails:
+            verdict = guardrail(self.ctx, output)
+            if inspect.isawaitable(verdict):
+                await verdict
+        result = self._result(output, self.finish_reason)
+        await self._hook("on_run_end", self.ctx, result)
+        self.head = replace(self.head, status="completed", output=output, updated_at=time.time())
+        self.completed = True  # from here a cancel is too late: the save below is submitted
+        await self._save()
+        await self._persist_finished(self.entries, self.head)
+        self.emit(RunCompleted(result))
+        return result
+
+    async def _replay(self, snapshot: RunSnapshot) -> RunResult:
+        """A completed run: no model, no hooks, no guardrails; the session append heals."""
+        agent = self.entry_agent.find(snapshot.head.agent_name)
+        if agent is None:
+            logger.warning(
+                "replaying run %s: agent %r is gone; reporting entry agent %r instead",
+                self.run_id, snapshot.head.agent_name, self.entry_agent.name,
+            )
+            agent = self.entry_agent
+        self.agent = agent
+        if self.session_id is None and snapshot.head.session_id:
+            self.session_id = snapshot.head.session_id
+        self.entries, self.head = list(snapshot.entries), snapshot.head
+        self.completed = True
+        await self._persist_finished(self.entries, self.head)
+        result = self._result(snapshot.head.output or "", None)
+        self.emit(RunCompleted(result))
+        return result
+
+    async def _finish_after_late_cancel(self) -> RunResult:
+        await self._persist_finished(self.entries, self.head)
+        result = self._result(self.head.output or "", self.finish_reason)
+        self.emit(RunCompleted(result))
+        return result
+
+    async def _fail(self, exc: Exception) -> None:
+        error = f"{type(exc).__name__}: {exc}"
+        try:
+            await self._mark("failed", error=error)
+        except Exception:  # the store itself may be what failed; the run's error wins
+            logger.exception("run %s: could not record the failure in its checkpoint", self.run_id)
+        self.emit(RunFailed(exc, self._entries_seen()))
+
+    # --- helpers --------------------------------------------------------------------
+
+    def _add(self, entries: list[Entry]) -> None:
+        self.entries.extend(entries)
+        self.unsaved.extend(entries)
+
+    async def _save(self) -> None:
+        if self.checkpoint is None:
+            return
+        # Taken out before the await: a write that was submitted counts as saved,
+        # so an interrupt never appends the same entries twice.
+        new, self.unsaved = self.unsaved, []
+        self.head = replace(self.head, updated_at=time.time())
+        self.saved = True
+        await self.checkpoint.checkpointer.append(self.run_id, new, self.head)
+
+    async def _mark(self, status: str, *, error: str | None = None) -> None:
+        if self.checkpoint is None or not self.saved:
+            return  # refused before its first save: the stored run (if any) is not ours
+        self.head = replace(self.head, status=status, error=error)  # type: ignore[arg-type]
+        await self._save()
+
+    async def _persist_finished(self, entries: list[Entry], head: RunHead) -> None:
+        if self.session is not None and self.session_id is not None:
+            meta = {"context_state": head.context_state} if head.context_state else None
+            await self.session.append(self.session_id, list(entries), run_id=self.run_id, meta=meta)
+        cp = self.checkpoint
+        if cp is not None and cp.delete_on_success:
+            await cp.checkpointer.delete(self.run_id)
+
+    async def _load_history(self) -> list[Entry]:
+        if self.session is None or self.session_id is None:
+            return []
+        return drop_dangling_tool_calls(await self.session.load(self.session_id))
+
+    async def _carried_context_state(self) -> dict[str, Any]:
+        """A new run continues the policy state the session's last run ended with."""
+        if self.agent.context_policy is None or self.session is None or self.session_id is None:
+            return {}
+        segments = await self.session.segments(self.session_id)
+        meta = segments[-1].meta if segments else None
+        state = (meta or {}).get("context_state")
+        return dict(state) if isinstance(state, dict) else {}
+
+    def _model_view(self) -> list[Entry]:
+        entries = drop_dangling_tool_calls(self.history + self.entries)
+        policy = self.agent.context_policy
+        return policy.view(entries) if policy is not None else entries
+
+    def _tools(self) -> dict[str, Tool]:
+        tools = {t.name: t for t in self.agent.tools}
+        policy = self.agent.context_policy
+        if policy is not None:
+            tools.update({t.name: t for t in policy.tools(self._session_key)})
+        for target in self.agent.handoffs:
+            name = target.handoff_tool_name()
+            tools[name] = Tool(name, f"Hand the conversation over to {target.name}.",
+                               {"type": "object", "properties": {}}, _no_op)
+        return tools
+
+    @property
+    def _session_key(self) -> str:
+        return self.session_id or self.run_id
+
+    def _unique_call_id(self, proposed: str) -> str:
+        call_id = proposed or "call"
+        while call_id in self.call_ids:  # some local servers send call_0 every turn
+            call_id = f"{proposed or 'call'}_{uuid.uuid4().hex[:8]}"
+        self.call_ids.add(call_id)
+        return call_id
+
+    def _entries_seen(self) -> list[Entry]:
+        """Finished entries plus the partial text the user already saw."""
+        return self.entries + ([AssistantEntry(self.partial)] if self.partial else [])
+
+    def _result(self, output: str, finish_reason: str | None) -> RunResult:
+        return RunResult(
+            run_id=self.run_id,
+            output=output,
+            entries=list(self.entries),
+            usage=self.head.usage,
+            turns=self.head.turns,
+            finish_reason=finish_reason,
+            final_agent=self.agent,
+        )
+
+    async def _hook(self, name: str, *args: Any) -> None:
+        hooks: RunHooks | None = self.agent.hooks
+        if hooks is not None:
+            await getattr(hooks, name)(*args)
+
+
+def _call_ids(entries: list[Entry]) -> set[str]:
+    return {e.call_id for e in entries if isinstance(e, ToolCallEntry)}
+
+
+def _no_op() -> str:
+    return ""
+
+
+__all__ = ["Runner", "RunHandle", "FinalOutput", "RunAgain"]
