@@ -10,8 +10,9 @@ messages"), which is how a stopped run used to break the following message.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Iterable, Union
+from typing import Any, Union
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ import asyncio
 import itertools
 import json
 import re
-from typing import Any, AsyncIterator, Sequence, Union
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Union
 
 from webapp.runtime.model import (
     FinishPart,

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Sequence, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from webapp.runtime.tool import RunContext, Tool
 from webapp.transcript import ToolCallEntry, ToolResultEntry
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from webapp.runtime.model import Model
     from webapp.runtime.result import RunResult
 
-Instructions = Union[str, Callable[[RunContext], Union[str, Awaitable[str]]]]
+Instructions = Union[str, Callable[[RunContext], str | Awaitable[str]]]
 OutputGuardrail = Callable[[RunContext, str], Any]
 
 HANDOFF_PREFIX = "transfer_to_"

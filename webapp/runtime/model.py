@@ -7,8 +7,9 @@ loop never sees half a call. Adapters live in `webapp.models`.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Protocol, Union, runtime_checkable
+from typing import Any, Protocol, Union, runtime_checkable
 
 from webapp.transcript import Entry
 from webapp.usage import Usage

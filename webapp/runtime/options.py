@@ -24,7 +24,9 @@ class CheckpointOptions:
 
     def __post_init__(self) -> None:
         if not isinstance(self.run_id, str) or not self.run_id:
-            raise UserError(f"CheckpointOptions.run_id must be a non-empty string, got {self.run_id!r}")
+            raise UserError(
+                f"CheckpointOptions.run_id must be a non-empty string, got {self.run_id!r}"
+            )
         if self.if_run_exists not in _POLICIES:
             raise UserError(
                 f"if_run_exists={self.if_run_exists!r} is not a policy; use one of {_POLICIES}"

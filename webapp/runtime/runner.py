@@ -19,8 +19,9 @@ import inspect
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, AsyncIterator, Sequence, Union
+from typing import Any, Union
 
 from webapp.errors import UserError
 from webapp.events import (
@@ -244,7 +245,9 @@ class _Run:
         if self.max_turns < 1:
             raise UserError(f"max_turns must be >= 1, got {self.max_turns!r}")
         if not isinstance(self.input, (str, list, tuple)):
-            raise UserError(f"input must be a string or a list of entries, got {type(self.input).__name__}")
+            raise UserError(
+                f"input must be a string or a list of entries, got {type(self.input).__name__}"
+            )
 
     async def _existing_snapshot(self) -> RunSnapshot | None:
         cp = self.checkpoint
@@ -289,7 +292,11 @@ class _Run:
             )
         self.agent = agent
         self.head = replace(snapshot.head, status="running", error=None)
-        self.ctx.agent_name, self.ctx.turn, self.ctx.usage = agent.name, self.head.turns, self.head.usage
+        self.ctx.agent_name, self.ctx.turn, self.ctx.usage = (
+            agent.name,
+            self.head.turns,
+            self.head.usage,
+        )
         if self.session_id is None and snapshot.head.session_id:
             self.session_id = self.ctx.session_id = snapshot.head.session_id
         self.history = await self._load_history()
@@ -338,7 +345,9 @@ class _Run:
                 reasoning += part.text
                 self.emit(ReasoningDelta(part.text))
             elif isinstance(part, ToolCallPart):
-                calls.append(ToolCallEntry(self._unique_call_id(part.call_id), part.name, part.arguments))
+                calls.append(
+                    ToolCallEntry(self._unique_call_id(part.call_id), part.name, part.arguments)
+                )
             elif isinstance(part, UsagePart):
                 self.head = replace(self.head, usage=self.head.usage + part.usage)
             elif isinstance(part, FinishPart):
@@ -404,7 +413,9 @@ class _Run:
         if agent is None:
             logger.warning(
                 "replaying run %s: agent %r is gone; reporting entry agent %r instead",
-                self.run_id, snapshot.head.agent_name, self.entry_agent.name,
+                self.run_id,
+                snapshot.head.agent_name,
+                self.entry_agent.name,
             )
             agent = self.entry_agent
         self.agent = agent
@@ -487,8 +498,12 @@ class _Run:
             tools.update({t.name: t for t in policy.tools(self._session_key)})
         for target in self.agent.handoffs:
             name = target.handoff_tool_name()
-            tools[name] = Tool(name, f"Hand the conversation over to {target.name}.",
-                               {"type": "object", "properties": {}}, _no_op)
+            tools[name] = Tool(
+                name,
+                f"Hand the conversation over to {target.name}.",
+                {"type": "object", "properties": {}},
+                _no_op,
+            )
         return tools
 
     @property
@@ -531,4 +546,4 @@ def _no_op() -> str:
     return ""
 
 
-__all__ = ["Runner", "RunHandle", "FinalOutput", "RunAgain"]
+__all__ = ["FinalOutput", "RunAgain", "RunHandle", "Runner"]

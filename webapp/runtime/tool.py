@@ -12,12 +12,14 @@ import inspect
 import json
 import re
 import types
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from webapp.runtime.model import ToolSpec
 from webapp.transcript import ToolCallEntry, ToolResultEntry
 from webapp.usage import Usage
+
 
 @dataclass
 class RunContext:
@@ -29,6 +31,7 @@ class RunContext:
     context: Any = None
     agent_name: str = ""
     usage: Usage = field(default_factory=Usage)
+
 
 @dataclass(frozen=True)
 class Tool:
@@ -55,15 +58,15 @@ class Tool:
             return ToolResultEntry(call.call_id, f"{type(exc).__name__}: {message}", True)
         return ToolResultEntry(call.call_id, _to_text(value))
 
-def tool(
-    function: Callable[..., Any] | None = None, *, name: str | None = None
-) -> Any:
+
+def tool(function: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
     """Decorator (bare or with ``name=``) turning a function into a `Tool`."""
 
     def wrap(fn: Callable[..., Any]) -> Tool:
         return _build_tool(fn, name or fn.__name__)
 
     return wrap(function) if function is not None else wrap
+
 
 def _parse_arguments(arguments: str) -> dict[str, Any]:
     if not arguments.strip():
@@ -76,6 +79,7 @@ def _parse_arguments(arguments: str) -> dict[str, Any]:
         raise ValueError(f"tool arguments must be a JSON object, got {arguments[:200]!r}")
     return value
 
+
 def _to_text(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -83,6 +87,7 @@ def _to_text(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError):
         return str(value)
+
 
 def _build_tool(fn: Callable[..., Any], name: str) -> Tool:
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
@@ -109,10 +114,13 @@ def _build_tool(fn: Callable[..., Any], name: str) -> Tool:
         parameters["required"] = required
     return Tool(name, summary or name, parameters, fn, takes_context)
 
+
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     summary = doc.split("\n\n", 1)[0].strip().replace("\n", " ")
     args: dict[str, str] = {}
-    match = re.search(r"^(?:Args|Arguments|Parameters):\s*\n(.*?)(?:\n\s*\n|\Z)", doc, re.S | re.M)
+    match = re.search(
+        r"^(?:Args|Arguments|Parameters):\s*\n(.*?)(?:\n\s*\n|\Z)", doc, re.DOTALL | re.MULTILINE
+    )
     if match:
         current = None
         for line in match.group(1).splitlines():
@@ -124,7 +132,9 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
                 args[current] += " " + line.strip()
     return summary, args
 
+
 _SIMPLE = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
 
 def _schema_for(annotation: Any) -> dict[str, Any]:
     if annotation in _SIMPLE:
@@ -135,11 +145,16 @@ def _schema_for(annotation: Any) -> dict[str, Any]:
         return {"enum": list(args)}
     if origin in (Union, types.UnionType):
         options = [a for a in args if a is not type(None)]
-        return _schema_for(options[0]) if len(options) == 1 else {"anyOf": [_schema_for(a) for a in options]}
+        return (
+            _schema_for(options[0])
+            if len(options) == 1
+            else {"anyOf": [_schema_for(a) for a in options]}
+        )
     if origin in (list, tuple, set, frozenset) or annotation in (list, tuple):
         return {"type": "array", "items": _schema_for(args[0])} if args else {"type": "array"}
     if origin is dict or annotation is dict:
         return {"type": "object"}
     return {}
 
-ToolFunction = Callable[..., Union[Any, Awaitable[Any]]]
+
+ToolFunction = Callable[..., Any | Awaitable[Any]]

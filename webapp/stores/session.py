@@ -17,8 +17,9 @@ from __future__ import annotations
 import copy
 import re
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from webapp.transcript import Entry, ToolResultEntry, drop_dangling_tool_calls
 
