@@ -53,7 +53,7 @@ class Tool:
             value = self.function(*args, **kwargs)
             if inspect.isawaitable(value):
                 value = await value
-        except Exception as exc:  # the model sees the failure and the run goes on
+        except Exception as exc:  # noqa: BLE001 -- the model sees the failure; the run goes on
             message = str(exc) or type(exc).__name__
             return ToolResultEntry(call.call_id, f"{type(exc).__name__}: {message}", True)
         return ToolResultEntry(call.call_id, _to_text(value))
@@ -76,7 +76,7 @@ def _parse_arguments(arguments: str) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise ValueError(f"tool arguments are not valid JSON ({exc.msg}): {arguments[:200]!r}")
     if not isinstance(value, dict):
-        raise ValueError(f"tool arguments must be a JSON object, got {arguments[:200]!r}")
+        raise TypeError(f"tool arguments must be a JSON object, got {arguments[:200]!r}")
     return value
 
 
