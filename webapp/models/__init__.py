@@ -1,6 +1,7 @@
 """Model adapters: anything that implements `webapp.models.Model`."""
 
+from webapp.models.offline import OfflineModel
 from webapp.models.scripted import ScriptedModel
 from webapp.runtime.model import Model
 
-__all__ = ["Model", "ScriptedModel"]
+__all__ = ["Model", "OfflineModel", "ScriptedModel"]

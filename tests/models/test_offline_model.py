@@ -1,0 +1,232 @@
+"""OfflineModel: predictable streamed behaviour with no network, alone and in a run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from webapp import Agent, Runner
+from webapp.events import RunCancelled, RunCompleted, TextDelta, ToolCallFinished
+from webapp.models import OfflineModel
+from webapp.models.offline import find_expression
+from webapp.runtime.model import (
+    FinishPart,
+    ModelPart,
+    ModelRequest,
+    TextPart,
+    ToolCallPart,
+    UsagePart,
+)
+from webapp.tools import calculator, current_time
+from webapp.transcript import (
+    AssistantEntry,
+    Entry,
+    ToolCallEntry,
+    ToolResultEntry,
+    UserEntry,
+)
+
+TOOLS = [calculator.spec, current_time.spec]
+
+
+async def collect(model: OfflineModel, entries: list[Entry], tools=TOOLS) -> list[ModelPart]:
+    async def run() -> list[ModelPart]:
+        return [p async for p in model.stream(ModelRequest("", entries, list(tools)))]
+
+    return await asyncio.wait_for(run(), timeout=10)
+
+
+def text_of(parts: list[ModelPart]) -> str:
+    return "".join(p.text for p in parts if isinstance(p, TextPart))
+
+
+async def test_count_to_n_streams_one_number_per_chunk() -> None:
+    parts = await collect(OfflineModel(delay=0), [UserEntry("Count to 50")])
+    chunks = [p.text for p in parts if isinstance(p, TextPart)]
+    assert len(chunks) == 50
+    assert "".join(chunks) == " ".join(str(n) for n in range(1, 51))
+    assert [c.strip() for c in chunks] == [str(n) for n in range(1, 51)]
+    assert isinstance(parts[-2], UsagePart) and parts[-2].usage.output_tokens == 50
+    assert parts[-1] == FinishPart("stop")
+
+
+async def test_count_phrasing_is_case_insensitive_and_bounded() -> None:
+    model = OfflineModel(delay=0)
+    parts = await collect(model, [UserEntry("please COUNT TO 20 for me")])
+    assert text_of(parts) == " ".join(str(n) for n in range(1, 21))
+    assert text_of(await collect(model, [UserEntry("count to 10,000")])).endswith(" 9999 10000")
+    refused = text_of(await collect(model, [UserEntry("count to 10001")]))
+    assert "10,000" in refused and "1 2 3" not in refused
+
+
+async def test_delay_is_paid_between_chunks() -> None:
+    started = time.monotonic()
+    await collect(OfflineModel(delay=0.02), [UserEntry("count to 10")])
+    assert time.monotonic() - started >= 9 * 0.02
+
+
+async def test_cancelling_interrupts_the_delay_promptly() -> None:
+    model = OfflineModel(delay=5)
+    seen: list[str] = []
+
+    async def consume() -> None:
+        async for part in model.stream(ModelRequest("", [UserEntry("count to 100")])):
+            if isinstance(part, TextPart):
+                seen.append(part.text)
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=2)
+    assert done and task.cancelled()
+    assert time.monotonic() - started < 1
+    assert seen == ["1"]
+
+
+async def test_arithmetic_asks_the_calculator_then_answers_with_its_result() -> None:
+    model = OfflineModel(delay=0)
+    first = await collect(model, [UserEntry("what is 12*(3+4)?")])
+    calls = [p for p in first if isinstance(p, ToolCallPart)]
+    assert len(calls) == 1 and calls[0].name == "calculator"
+    assert json.loads(calls[0].arguments) == {"expression": "12*(3+4)"}
+    assert first[-1] == FinishPart("tool_calls")
+    again = await collect(model, [UserEntry("what is 12*(3+4)?")])
+    assert [p.call_id for p in again if isinstance(p, ToolCallPart)] != [calls[0].call_id]
+
+    # The runtime may rewrite the call id; the answer must follow the request's ids.
+    history: list[Entry] = [
+        UserEntry("what is 12*(3+4)?"),
+        ToolCallEntry("renamed-1", "calculator", calls[0].arguments),
+        ToolResultEntry("renamed-1", "84"),
+    ]
+    second = await collect(model, history)
+    assert text_of(second) == "12*(3+4) = 84"
+    assert not any(isinstance(p, ToolCallPart) for p in second)
+    assert second[-1] == FinishPart("stop")
+
+
+async def test_a_failed_calculation_is_reported() -> None:
+    history: list[Entry] = [
+        UserEntry("what is 9**9**9"),
+        ToolCallEntry("c1", "calculator", '{"expression": "9**9**9"}'),
+        ToolResultEntry("c1", "ValueError: 9**387420489 would have about 369,693,105 digits", True),
+    ]
+    reply = text_of(await collect(OfflineModel(delay=0), history))
+    assert reply.startswith("I could not calculate 9**9**9:")
+    assert "369,693,105 digits" in reply
+
+
+async def test_time_question_calls_current_time_then_replies_with_it() -> None:
+    model = OfflineModel(delay=0)
+    first = await collect(model, [UserEntry("What time is it?")])
+    call = next(p for p in first if isinstance(p, ToolCallPart))
+    assert (call.name, json.loads(call.arguments)) == ("current_time", {})
+    history: list[Entry] = [
+        UserEntry("What time is it?"),
+        ToolCallEntry(call.call_id, "current_time", call.arguments),
+        ToolResultEntry(call.call_id, "2026-01-02T03:04:05+01:00"),
+    ]
+    assert "2026-01-02T03:04:05+01:00" in text_of(await collect(model, history))
+
+
+async def test_only_the_last_user_message_counts() -> None:
+    history: list[Entry] = [
+        UserEntry("what is 2+2"),
+        ToolCallEntry("c1", "calculator", '{"expression": "2+2"}'),
+        ToolResultEntry("c1", "4"),
+        AssistantEntry("2+2 = 4"),
+        UserEntry("count to 3"),
+    ]
+    assert text_of(await collect(OfflineModel(delay=0), history)) == "1 2 3"
+
+
+async def test_without_the_tools_on_offer_it_answers_directly() -> None:
+    parts = await collect(OfflineModel(delay=0), [UserEntry("what is 6*7")], tools=[])
+    assert not any(isinstance(p, ToolCallPart) for p in parts)
+    assert text_of(parts) == "6*7 = 42"
+
+
+async def test_anything_else_quotes_the_message_and_explains_how_to_connect() -> None:
+    message = "Tell me a story\nabout <b>cats</b>"
+    replies = set()
+    for _ in range(12):
+        reply = text_of(await collect(OfflineModel(delay=0), [UserEntry(message)]))
+        assert "> Tell me a story\n> about <b>cats</b>" in reply
+        assert "--base-url" in reply and "OPENAI_BASE_URL" in reply and "--model" in reply
+        replies.add(reply)
+    assert len(replies) > 1, "Regenerate must visibly change the reply"
+
+
+def test_find_expression_picks_arithmetic_out_of_prose() -> None:
+    assert find_expression("what is 12*(3+4)?") == "12*(3+4)"
+    assert find_expression("(roughly 2 + 3) please") == "2 + 3"
+    assert find_expression("What's (2+3)*4?") == "(2+3)*4"
+    assert find_expression("is -5 + 3 negative?") == "-5 + 3"
+    assert find_expression("I have 3 apples and 4.5 pears") is None
+    assert find_expression("version 1.2.3") is None
+    assert find_expression("hello") is None
+
+
+async def test_through_the_runner_arithmetic_uses_the_real_calculator() -> None:
+    agent = Agent("a", model=OfflineModel(delay=0), tools=[calculator, current_time])
+    result = await asyncio.wait_for(Runner.run(agent, "what is 12*(3+4)?"), timeout=10)
+    assert "84" in result.output
+    assert result.output == "12*(3+4) = 84"
+    calls = [e for e in result.entries if isinstance(e, ToolCallEntry)]
+    results = [e for e in result.entries if isinstance(e, ToolResultEntry)]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("calculator", {"expression": "12*(3+4)"})
+    ]
+    assert [(r.call_id, r.output, r.is_error) for r in results] == [(calls[0].call_id, "84", False)]
+    assert result.turns == 2
+    assert result.usage.input_tokens > 0 and result.usage.output_tokens > 0
+
+
+async def test_through_the_runner_a_refused_expression_is_explained() -> None:
+    agent = Agent("a", model=OfflineModel(delay=0), tools=[calculator])
+    result = await asyncio.wait_for(Runner.run(agent, "what is 9**9**9?"), timeout=10)
+    results = [e for e in result.entries if isinstance(e, ToolResultEntry)]
+    assert len(results) == 1 and results[0].is_error
+    assert result.output.startswith("I could not calculate 9**9**9:")
+    assert "digits" in result.output
+
+
+async def test_through_the_runner_time_and_streamed_events() -> None:
+    agent = Agent("a", model=OfflineModel(delay=0), tools=[calculator, current_time])
+    handle = Runner.stream(agent, "what time is it?")
+    events = []
+
+    async def drain() -> None:
+        async for event in handle:
+            events.append(event)
+
+    await asyncio.wait_for(drain(), timeout=10)
+    finished = [e for e in events if isinstance(e, ToolCallFinished)]
+    assert len(finished) == 1 and not finished[0].result.is_error
+    assert isinstance(events[-1], RunCompleted)
+    assert finished[0].result.output in events[-1].result.output
+
+
+async def test_through_the_runner_stop_keeps_the_numbers_already_streamed() -> None:
+    agent = Agent("a", model=OfflineModel(delay=0.01))
+    handle = Runner.stream(agent, "count to 10000")
+    streamed = ""
+
+    async def drain() -> RunCancelled | None:
+        nonlocal streamed
+        async for event in handle:
+            if isinstance(event, TextDelta):
+                streamed += event.text
+                if streamed.count(" ") >= 5:
+                    handle.cancel()
+            if isinstance(event, RunCancelled):
+                return event
+        return None
+
+    cancelled = await asyncio.wait_for(drain(), timeout=10)
+    assert cancelled is not None
+    kept = "".join(e.text for e in cancelled.entries if isinstance(e, AssistantEntry))
+    assert kept.startswith("1 2 3 4 5 6")
+    assert len(kept.split()) < 100, "the stop must interrupt the stream promptly"
