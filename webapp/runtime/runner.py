@@ -437,7 +437,10 @@ class _Run:
     async def _fail(self, exc: Exception) -> None:
         error = f"{type(exc).__name__}: {exc}"
         try:
-            await self._mark("failed", error=error)
+            # A completed checkpoint stays completed (e.g. the session append failed):
+            # the next submission replays it and the append heals.
+            if not self.completed:
+                await self._mark("failed", error=error)
         except Exception:  # the store itself may be what failed; the run's error wins
             logger.exception("run %s: could not record the failure in its checkpoint", self.run_id)
         self.emit(RunFailed(exc, self._entries_seen()))
