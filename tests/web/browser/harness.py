@@ -1,0 +1,215 @@
+"""Real processes and servers the browser tests drive: the app and a fake model endpoint.
+
+The app always runs as a subprocess (`python -m webapp`) so that a test can kill it
+with SIGKILL exactly as a crash would, and restart it on the same database file.
+The fake OpenAI-compatible endpoint runs in-process under uvicorn in a thread; it
+records every request so a test can prove the app really called it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+START_TIMEOUT = 20.0
+STOP_TIMEOUT = 8.0
+
+# Variables that would silently point the app at a real model or another database.
+_LEAKY_ENV = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "WEBAPP_MODEL", "WEBAPP_DB", "WEBAPP_TOKEN")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class AppServer:
+    """One `python -m webapp` subprocess; start/stop/kill can be repeated on the same db."""
+
+    port: int
+    db: Path
+    log_path: Path
+    offline_delay: float = 0.01
+    extra_args: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "webapp",
+            "--port",
+            str(self.port),
+            "--db",
+            str(self.db),
+            "--offline-delay",
+            str(self.offline_delay),
+            *self.extra_args,
+        ]
+
+    def start(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError(f"server on port {self.port} is already running; stop it first")
+        env = {k: v for k, v in os.environ.items() if k not in _LEAKY_ENV}
+        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        with self.log_path.open("ab") as log:
+            log.write(f"\n=== start: {' '.join(self.command())}\n".encode())
+            self.proc = subprocess.Popen(
+                self.command(), cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        self._wait_until_ready()
+
+    def _wait_until_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc is None or self.proc.poll() is not None:
+                code = None if self.proc is None else self.proc.returncode
+                raise RuntimeError(
+                    f"the app exited with code {code} before answering:\n{self.log()}"
+                )
+            try:
+                httpx.get(self.base_url + "/", timeout=1.0)
+                return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        raise RuntimeError(
+            f"the app did not answer on {self.base_url} within {START_TIMEOUT} s:\n{self.log()}"
+        )
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within STOP_TIMEOUT."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self._append_log(f"=== did not exit {STOP_TIMEOUT} s after SIGTERM; SIGKILL\n")
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL: what a crash or an OOM kill looks like to the app."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.kill()
+        self.proc.wait(timeout=STOP_TIMEOUT)
+        self._append_log("=== killed with SIGKILL\n")
+
+    def _append_log(self, line: str) -> None:
+        with self.log_path.open("ab") as log:
+            log.write(line.encode())
+
+    def log(self, last_lines: int = 200) -> str:
+        if not self.log_path.exists():
+            return "(no server log)"
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-last_lines:])
+
+
+AppFactory = Callable[..., AppServer]
+"""start_app(*extra_args, offline_delay=0.01) -> a started AppServer (fixture start_app)."""
+
+HOSTILE_CHUNKS = [
+    "Careful: <script>window.__pwned=1</script> ",
+    'then <img src=x onerror="window.__pwned=1"> ',
+    "and [click](javascript:window.__pwned=1) ",
+    "and <b>raw bold</b> end.",
+]
+PROVIDER_ERROR = "the fake provider is on fire (quota exhausted)"
+
+
+@dataclass
+class FakeEndpoint:
+    """An OpenAI-compatible Chat Completions endpoint on loopback with one behaviour."""
+
+    mode: str  # "error" (HTTP 500 with a JSON body) or "hostile" (streams hostile markup)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    port: int = 0
+    _server: uvicorn.Server | None = None
+    _thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def _completions(self, request: Request) -> Response:
+        body = await request.json()
+        self.requests.append(body)
+        if self.mode == "error":
+            error = {"message": PROVIDER_ERROR, "type": "server_error", "code": "fire"}
+            return JSONResponse({"error": error}, status_code=500)
+        return StreamingResponse(_hostile_stream(), media_type="text/event-stream")
+
+    def start(self) -> None:
+        app = Starlette(routes=[Route("/v1/chat/completions", self._completions, methods=["POST"])])
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = int(sock.getsockname()[1])
+        config = uvicorn.Config(app, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the fake model endpoint did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=STOP_TIMEOUT)
+
+
+async def _hostile_stream() -> AsyncIterator[bytes]:
+    base = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": "test",
+    }
+    first = {
+        **base,
+        "choices": [
+            {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+        ],
+    }
+    yield f"data: {json.dumps(first)}\n\n".encode()
+    for text in HOSTILE_CHUNKS:
+        chunk = {
+            **base,
+            "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
+        }
+        yield f"data: {json.dumps(chunk)}\n\n".encode()
+    last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    yield f"data: {json.dumps(last)}\n\n".encode()
+    yield b"data: [DONE]\n\n"

@@ -1,0 +1,66 @@
+"""Screenshots of a real chat in light and dark themes, desktop and phone width.
+
+They are saved under artifacts/screenshots/ (gitignored) for a human to look at; the
+test also checks what can be checked mechanically: the theme really changes the
+colours, and at 375 px nothing makes the page scroll sideways.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from playwright.sync_api import Page, expect
+
+from .harness import REPO_ROOT, AppServer
+from .ui import TOOL, message_box, open_new_chat, send_and_wait, users, wait_status
+
+SHOTS = REPO_ROOT / "artifacts" / "screenshots"
+CODE_MESSAGE = (
+    "Please review this function:\n\n"
+    "```python\n"
+    "def greet(name: str) -> str:\n"
+    '    return f"Hello, {name}!"\n'
+    "```\n"
+)
+SIZES = {"desktop": {"width": 1280, "height": 900}, "phone": {"width": 375, "height": 740}}
+
+
+def _background(page: Page) -> str:
+    """Page background and text colour: what a theme has to change."""
+    colours: str = page.evaluate(
+        """() => [document.documentElement, document.body]
+              .map(e => getComputedStyle(e))
+              .map(s => s.backgroundColor + ' / ' + s.color).join(' ; ')"""
+    )
+    return colours
+
+
+def test_screenshots_light_and_dark(app: AppServer, open_page: Callable[..., Page]) -> None:
+    setup = open_page(app)
+    chat_url = open_new_chat(setup)
+    send_and_wait(setup, "what is 12*(3+4)?")
+    send_and_wait(setup, CODE_MESSAGE)
+    send_and_wait(setup, "count to 12")
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    backgrounds: dict[str, str] = {}
+    for scheme in ("light", "dark"):
+        for size_name, viewport in SIZES.items():
+            page = open_page(app, color_scheme=scheme, viewport=viewport)
+            page.goto(chat_url)
+            expect(users(page)).to_have_count(3)
+            wait_status(page, "completed")
+            expect(page.locator(TOOL)).to_have_count(1)
+            expect(page.locator("[data-role=assistant] pre code").first).to_be_visible()
+            expect(message_box(page)).to_be_visible()
+            page.screenshot(path=str(SHOTS / f"chat-{scheme}-{size_name}.png"), full_page=True)
+            backgrounds[f"{scheme}-{size_name}"] = _background(page)
+            overflow = page.evaluate(
+                "() => document.documentElement.scrollWidth - window.innerWidth"
+            )
+            assert overflow <= 0, f"{scheme} {size_name}: page is {overflow}px too wide"
+    assert backgrounds["light-desktop"] != backgrounds["dark-desktop"], (
+        f"dark theme has the same background as light: {backgrounds}"
+    )
+    for name in backgrounds:
+        assert (SHOTS / f"chat-{name}.png").stat().st_size > 5_000
