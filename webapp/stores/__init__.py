@@ -1,0 +1,46 @@
+"""Stores: the Session log (what a conversation said) and run Checkpoints (how far a run got).
+
+`webapp.stores.sqlite.SQLiteStore` is the shared SQLite machinery (one
+connection, serialized jobs, group commit) behind `SQLiteSession`,
+`SQLiteCheckpointer` and the web app's own tables.
+"""
+
+from __future__ import annotations
+
+from webapp.stores.checkpoint import (
+    Checkpointer,
+    InMemoryCheckpointer,
+    RunHead,
+    RunSnapshot,
+)
+from webapp.stores.session import InMemorySession, Segment, Session
+
+__all__ = [
+    "Checkpointer",
+    "InMemoryCheckpointer",
+    "InMemorySession",
+    "RunHead",
+    "RunSnapshot",
+    "SQLiteCheckpointer",
+    "SQLiteSession",
+    "SQLiteStore",
+    "Segment",
+    "Session",
+]
+
+_LAZY = {
+    "SQLiteSession": "webapp.stores.sqlite_session",
+    "SQLiteCheckpointer": "webapp.stores.sqlite_checkpoint",
+    "SQLiteStore": "webapp.stores.sqlite",
+}
+
+
+def __getattr__(name: str) -> object:
+    # The SQLite stores import aiosqlite: load them on first use only, so the
+    # in-memory stores and the runtime import without it.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'webapp.stores' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -81,7 +81,8 @@ def plan_rewind(tail: Iterable[tuple[int, Segment]], keep_entries: int) -> Rewin
     plan = RewindPlan()
     for start, seg in tail:
         end = start + len(seg.entries)
-        if end <= keep_entries:
+        # keep_entries=0 empties the session, even of runs with no entries.
+        if end <= keep_entries and keep_entries > 0:
             continue
         if start >= keep_entries:
             plan.delete.append(seg.run_id)

@@ -1,0 +1,471 @@
+"""One SQLite file, one connection, one writer: the machinery every SQLite store shares.
+
+`SQLiteStore` owns a single persistent aiosqlite connection and a single
+worker task that is the only code ever touching it. Callers hand it jobs:
+
+- ``await store.read(fn)`` runs ``fn(db)`` inside a read transaction, so a
+  read of several statements sees one consistent state and never sees a
+  write that has not committed;
+- ``await store.write(fn)`` queues ``fn(db)``; the worker drains every write
+  queued at that moment into ONE ``BEGIN IMMEDIATE ... COMMIT`` (group
+  commit: one fsync for many writes, which is what lets 50 tasks append
+  thousands of segments a second with ``synchronous=FULL``). ``write``
+  returns only once its transaction has committed, so it is on disk.
+
+Invariants, each named for the failure it prevents:
+- one job at a time on the connection: a read can never run inside the
+  writer's open transaction and see its uncommitted state;
+- one failing write never takes its batch down: the batch is rolled back and
+  re-run with each write inside its own SAVEPOINT, so the failing one rolls
+  back alone and the others commit (the fast path has no savepoints because
+  each costs a thread hop);
+- retry only what provably never committed: SQLITE_BUSY at BEGIN, on a
+  statement inside the open transaction (then rolled back), or from a COMMIT
+  that left the transaction open. Any other COMMIT failure is reported, never
+  retried -- a retried checkpoint append would store a turn twice;
+- bounded waits: SQLite's own busy handler waits up to ``busy_timeout`` per
+  attempt, and the store gives up with `StoreBusyError` once ``busy_timeout``
+  has passed overall.
+
+Because a batch may be re-run, a write function must only act through the
+``db`` it is given and keep no state outside it; encode values before calling
+``write`` so that bad input fails in the caller, not in the batch.
+A caller cancelled while its write waits in the queue has it skipped; once
+its batch has started the write commits (or fails) regardless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sqlite3
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Self, TypeVar
+
+import aiosqlite
+
+__all__ = [
+    "CommitFailedError",
+    "SQLiteStore",
+    "StoreBusyError",
+    "StoredDataError",
+    "split_statements",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+DbFn = Callable[[aiosqlite.Connection], Awaitable[Any]]
+
+MAX_BATCH = 256  # writes per transaction; bounds the work a re-run repeats
+_BACKOFF_START = 0.002
+_BACKOFF_MAX = 0.05
+
+
+class StoreBusyError(RuntimeError):
+    """The database stayed locked by another connection past the busy timeout."""
+
+
+class CommitFailedError(RuntimeError):
+    """COMMIT failed for a reason other than a lock: the writes may not be on disk."""
+
+
+class StoredDataError(ValueError):
+    """A stored row cannot be decoded; raised instead of silently skipping it."""
+
+
+class _Retry(Exception):
+    """Internal: the transaction was rolled back because of a lock; run it again."""
+
+
+@dataclass
+class _Job:
+    kind: Literal["read", "write", "close"]
+    fn: DbFn | None
+    future: asyncio.Future[Any]
+    result: Any = None
+    error: BaseException | None = None
+
+
+def is_busy(exc: BaseException) -> bool:
+    """True when ``exc`` is SQLITE_BUSY ("database is locked"), a transient lock wait."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return (code & 0xFF) == sqlite3.SQLITE_BUSY
+    return "database is locked" in str(exc)
+
+
+def split_statements(sql: str) -> list[str]:
+    """Split a script into complete statements (semicolons inside literals or triggers kept).
+
+    ``executescript`` would COMMIT the open transaction first, so schemas are
+    run one statement at a time inside the store's own transaction instead.
+    """
+    statements: list[str] = []
+    buf = ""
+    for piece in sql.split(";"):
+        buf += piece + ";"
+        if sqlite3.complete_statement(buf):
+            if buf.strip(" \t\r\n;"):
+                statements.append(buf.strip())
+            buf = ""
+    if buf.strip(" \t\r\n;"):
+        raise ValueError(f"schema SQL ends with an incomplete statement: {buf.strip()!r}")
+    return statements
+
+
+class SQLiteStore:
+    """A lazily opened SQLite file with one connection, serialized jobs and group commit.
+
+    ``schema_name``/``schema_version``/``schema_sql`` declare this store's
+    tables; the version is recorded in ``schema_versions(name, version)`` so a
+    later release can migrate. ``migrations`` maps an old version ``v`` to the
+    SQL that upgrades it to ``v + 1``. Several stores (with different schema
+    names) may share one file; pass ``wal=True`` for that or for several
+    processes.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        wal: bool = False,
+        schema_name: str,
+        schema_version: int,
+        schema_sql: str,
+        migrations: Mapping[int, str] | None = None,
+        busy_timeout: float = 10.0,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+    ) -> None:
+        if busy_timeout <= 0:
+            raise ValueError(
+                f"busy_timeout must be a positive number of seconds, got {busy_timeout!r}"
+            )
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
+        self.path = os.fspath(path)
+        self.wal = wal
+        self.schema_name = schema_name
+        self.schema_version = schema_version
+        self.busy_timeout = busy_timeout
+        self.synchronous = synchronous
+        self._schema = split_statements(schema_sql)
+        self._migrations = {v: split_statements(sql) for v, sql in (migrations or {}).items()}
+        self._db: aiosqlite.Connection | None = None
+        self._jobs: deque[_Job] = deque()
+        self._worker: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.schema_name!r} path={self.path!r} wal={self.wal}>"
+
+    # --- public API -----------------------------------------------------------
+
+    async def read(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
+        """Run ``fn(db)`` in a read transaction; retried if the file is locked."""
+        return await self._submit("read", fn)  # type: ignore[no-any-return]
+
+    async def write(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
+        """Run ``fn(db)`` in a committed transaction (maybe shared with other writes)."""
+        return await self._submit("write", fn)  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        """Finish queued jobs and close the connection; idempotent, a later job reopens."""
+        if self._db is None and not self._jobs:
+            return
+        await self._submit("close", None)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # --- the worker -------------------------------------------------------------
+
+    async def _submit(self, kind: Literal["read", "write", "close"], fn: DbFn | None) -> Any:
+        loop = asyncio.get_running_loop()
+        job = _Job(kind, fn, loop.create_future())
+        self._jobs.append(job)
+        worker = self._worker
+        # A worker left behind by a closed event loop will never run again.
+        if worker is None or worker.done() or worker.get_loop() is not loop:
+            self._worker = loop.create_task(self._work())
+        return await job.future
+
+    async def _work(self) -> None:
+        try:
+            while self._jobs:
+                head = self._jobs.popleft()
+                if head.future.cancelled():
+                    continue
+                if head.kind == "write":
+                    batch = [head]
+                    while self._jobs and self._jobs[0].kind == "write" and len(batch) < MAX_BATCH:
+                        job = self._jobs.popleft()
+                        if not job.future.cancelled():
+                            batch.append(job)
+                    await self._guarded(batch, self._run_writes(batch))
+                elif head.kind == "read":
+                    await self._guarded([head], self._run_read(head))
+                else:
+                    await self._guarded([head], self._close_now())
+        finally:
+            if self._worker is asyncio.current_task():
+                self._worker = None
+
+    async def _guarded(self, jobs: list[_Job], step: Awaitable[None]) -> None:
+        """Run one step; whatever happens, every job's caller gets an answer."""
+        try:
+            await step
+        except asyncio.CancelledError:
+            for job in jobs:
+                if not job.future.done():
+                    job.future.cancel()
+            raise
+        except Exception as exc:  # noqa: BLE001 -- an unexpected failure goes to the callers
+            self._fail(jobs, exc)
+        for job in jobs:
+            if job.future.done():
+                continue
+            if job.error is not None:
+                job.future.set_exception(job.error)
+            else:
+                job.future.set_result(job.result)
+
+    async def _close_now(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            await db.close()
+
+    # --- opening ----------------------------------------------------------------
+
+    async def _connection(self) -> aiosqlite.Connection:
+        if self._db is not None:
+            return self._db
+        try:
+            db = await aiosqlite.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
+        except sqlite3.Error as exc:
+            raise sqlite3.OperationalError(
+                f"cannot open SQLite database {self.path!r}: {exc}; "
+                "check that the directory exists and is writable"
+            ) from exc
+        try:
+            await self._configure(db)
+            await self._transaction(db, "BEGIN IMMEDIATE", self._apply_schema)
+        except BaseException:
+            await db.close()
+            raise
+        self._db = db
+        return db
+
+    async def _configure(self, db: aiosqlite.Connection) -> None:
+        await db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        if self.wal:
+            deadline, tries = time.monotonic() + self.busy_timeout, 0
+            while True:
+                try:
+                    rows = await db.execute_fetchall("PRAGMA journal_mode = WAL")
+                    break
+                except sqlite3.OperationalError as exc:
+                    if not is_busy(exc):
+                        raise
+                    tries += 1
+                    await self._backoff(deadline, "switching to WAL mode", tries)
+            mode = str(next(iter(rows))[0]).lower()
+            if mode not in ("wal", "memory"):
+                raise sqlite3.OperationalError(
+                    f"could not switch {self.path!r} to WAL journal mode (it is {mode!r})"
+                )
+        # Set explicitly: an append that has returned must be on disk.
+        await db.execute(f"PRAGMA synchronous = {self.synchronous}")
+
+    async def _apply_schema(self, db: aiosqlite.Connection) -> None:
+        await db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_versions "
+            "(name TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+        )
+        rows = list(
+            await db.execute_fetchall(
+                "SELECT version FROM schema_versions WHERE name = ?", (self.schema_name,)
+            )
+        )
+        found = int(rows[0][0]) if rows else None
+        if found is None:
+            for statement in self._schema:
+                await db.execute(statement)
+        elif found > self.schema_version:
+            raise sqlite3.OperationalError(
+                f"{self.path!r} holds {self.schema_name!r} schema version {found}, newer than "
+                f"this code's {self.schema_version}; upgrade the application to open it"
+            )
+        else:
+            for version in range(found, self.schema_version):
+                if version not in self._migrations:
+                    raise sqlite3.OperationalError(
+                        f"no migration for {self.schema_name!r} from schema version {version} "
+                        f"to {version + 1} in {self.path!r}"
+                    )
+                for statement in self._migrations[version]:
+                    await db.execute(statement)
+        await db.execute(
+            "INSERT INTO schema_versions (name, version) VALUES (?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET version = excluded.version",
+            (self.schema_name, self.schema_version),
+        )
+
+    # --- reads ------------------------------------------------------------------
+
+    async def _run_read(self, job: _Job) -> None:
+        if job.fn is None:
+            raise TypeError("a read job needs a function")
+        try:
+            db = await self._connection()
+            # DEFERRED: a read transaction, so several statements see one state.
+            job.result = await self._transaction(db, "BEGIN", job.fn)
+        except Exception as exc:  # noqa: BLE001 -- the reader's own error, handed back to it
+            job.error = exc
+
+    async def _transaction(self, db: aiosqlite.Connection, begin: str, fn: DbFn) -> Any:
+        """Run ``fn`` in its own transaction, retrying lock failures until the deadline."""
+        deadline, tries = time.monotonic() + self.busy_timeout, 0
+        while True:
+            try:
+                await db.execute(begin)
+                try:
+                    result = await fn(db)
+                    await db.execute("COMMIT")
+                    return result
+                finally:
+                    if db.in_transaction:
+                        await db.execute("ROLLBACK")
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise
+            tries += 1
+            await self._backoff(deadline, "running a transaction", tries)
+
+    async def _backoff(self, deadline: float, doing: str, tries: int) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise StoreBusyError(
+                f"{self.path!r} stayed locked by another connection for more than "
+                f"{self.busy_timeout:g} s while {doing}; nothing was written. Another process "
+                "may hold a long transaction: retry later or raise busy_timeout."
+            )
+        await asyncio.sleep(min(_BACKOFF_MAX, remaining, _BACKOFF_START * 2 ** min(tries, 10)))
+
+    # --- writes -----------------------------------------------------------------
+
+    async def _run_writes(self, jobs: list[_Job]) -> None:
+        """Commit ``jobs`` in one transaction; see the module docstring for the rules."""
+        try:
+            db = await self._connection()
+        except Exception as exc:  # noqa: BLE001 -- every writer learns why the file won't open
+            self._fail(jobs, exc)
+            return
+        deadline = time.monotonic() + self.busy_timeout
+        isolate, tries = False, 0
+        pending = list(jobs)
+        while pending:
+            try:
+                await db.execute("BEGIN IMMEDIATE")
+                try:
+                    pending = await self._attempt(db, pending, isolate)
+                except BaseException:
+                    await self._rollback(db)  # never leave the connection mid-transaction
+                    raise
+            except (sqlite3.OperationalError, _Retry) as exc:
+                if isinstance(exc, sqlite3.OperationalError) and not is_busy(exc):
+                    self._fail(pending, exc)  # nothing committed; the cause is not a lock
+                    return
+                tries += 1
+                try:
+                    await self._backoff(deadline, "writing", tries)
+                except StoreBusyError as busy:
+                    self._fail(pending, busy)
+                    return
+                continue
+            # Jobs left means a write failed on the fast path and everything was
+            # rolled back: run them again, each in its own savepoint.
+            isolate = True
+
+    @staticmethod
+    def _fail(jobs: list[_Job], exc: BaseException) -> None:
+        for job in jobs:
+            job.error = exc
+            job.result = None
+
+    async def _attempt(
+        self, db: aiosqlite.Connection, jobs: list[_Job], isolate: bool
+    ) -> list[_Job]:
+        """One pass over the batch inside an open transaction.
+
+        Returns the jobs to run again (all of them, after a rollback, when a
+        write failed on the fast path) or ``[]`` once the batch is settled.
+        Raises `_Retry` after rolling back because of a lock.
+        """
+        for job in jobs:
+            job.error, job.result = None, None
+            if isolate:
+                await db.execute("SAVEPOINT write")
+            try:
+                job.result = await job.fn(db)  # type: ignore[misc]
+            except Exception as exc:
+                if is_busy(exc) or not db.in_transaction:
+                    # A lock, or SQLite rolled the whole transaction back
+                    # itself: nothing committed, so the batch may run again.
+                    await self._rollback(db)
+                    if is_busy(exc):
+                        raise _Retry from exc
+                    job.error = exc
+                    return [j for j in jobs if j is not job]
+                if not isolate:
+                    if len(jobs) == 1:
+                        await self._rollback(db)
+                        job.error = exc
+                        return []
+                    await self._rollback(db)
+                    return jobs
+                await db.execute("ROLLBACK TO write")
+                await db.execute("RELEASE write")
+                job.error = exc
+                continue
+            if isolate:
+                await db.execute("RELEASE write")
+        await self._commit(db, jobs)
+        return []
+
+    async def _commit(self, db: aiosqlite.Connection, jobs: list[_Job]) -> None:
+        try:
+            await db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            if is_busy(exc) and db.in_transaction:
+                # SQLite keeps the transaction open after a busy COMMIT: provably
+                # not committed, so rolling back and running again is safe.
+                await self._rollback(db)
+                raise _Retry from exc
+            await self._rollback(db)
+            self._fail(jobs, CommitFailedError(_commit_message(self.path, exc)))
+            return
+        except sqlite3.Error as exc:
+            await self._rollback(db)
+            self._fail(jobs, CommitFailedError(_commit_message(self.path, exc)))
+
+    @staticmethod
+    async def _rollback(db: aiosqlite.Connection) -> None:
+        if db.in_transaction:
+            await db.execute("ROLLBACK")
+
+
+def _commit_message(path: str, exc: BaseException) -> str:
+    return (
+        f"COMMIT to {path!r} failed ({exc}); the writes of this batch may not be saved. "
+        "They were not retried because a retry could store them twice: check the data "
+        "(e.g. load the run) before writing again."
+    )

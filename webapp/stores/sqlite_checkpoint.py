@@ -1,0 +1,168 @@
+"""SQLiteCheckpointer: run snapshots as a replaced head plus append-only entry rows.
+
+A save inserts only the entries produced since the previous save, at the
+positions after the ones stored (``checkpoint_entries`` keyed by
+``(run_id, idx)``), and replaces the one ``checkpoint_heads`` row. So one save
+costs what it adds, never the run's length, and a saved entry is never
+rewritten. A checkpoint append is not idempotent -- calling it twice stores
+the entries twice -- which is why the store retries only failures that
+provably never committed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Self
+
+import aiosqlite
+
+from webapp.stores.checkpoint import RunHead, RunSnapshot
+from webapp.stores.sqlite import SQLiteStore, StoredDataError
+from webapp.transcript import Entry, entry_from_dict, entry_to_dict
+
+SCHEMA_NAME = "checkpoint"
+SCHEMA_VERSION = 1
+SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS checkpoint_heads (
+    run_id      TEXT    PRIMARY KEY,
+    head_json   TEXT    NOT NULL,
+    entry_count INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS checkpoint_entries (
+    run_id     TEXT    NOT NULL,
+    idx        INTEGER NOT NULL,
+    entry_json TEXT    NOT NULL,
+    PRIMARY KEY (run_id, idx)
+);
+"""
+
+# New entries go after the stored ones; the head row (read in the same
+# transaction) says how many there are.
+_INSERT_ENTRY = """
+INSERT INTO checkpoint_entries (run_id, idx, entry_json)
+VALUES (?1, COALESCE((SELECT entry_count FROM checkpoint_heads WHERE run_id = ?1), 0) + ?2, ?3)
+"""
+_UPSERT_HEAD = """
+INSERT INTO checkpoint_heads (run_id, head_json, entry_count) VALUES (?1, ?2, ?3)
+ON CONFLICT (run_id) DO UPDATE SET
+    head_json = excluded.head_json,
+    entry_count = checkpoint_heads.entry_count + excluded.entry_count
+"""
+
+
+class SQLiteCheckpointer:
+    """A durable Checkpointer in a SQLite file; see `webapp.stores.checkpoint`."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, wal: bool = False, busy_timeout: float = 10.0
+    ) -> None:
+        self._store = SQLiteStore(
+            path,
+            wal=wal,
+            schema_name=SCHEMA_NAME,
+            schema_version=SCHEMA_VERSION,
+            schema_sql=SCHEMA_SQL,
+            busy_timeout=busy_timeout,
+        )
+
+    def __repr__(self) -> str:
+        return f"SQLiteCheckpointer({self._store.path!r}, wal={self._store.wal})"
+
+    async def close(self) -> None:
+        await self._store.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def append(self, run_id: str, entries: list[Entry], head: RunHead) -> None:
+        """Add the entries produced since the last call and replace the head."""
+        if not isinstance(run_id, str) or not run_id:
+            raise ValueError(f"run_id must be a non-empty string, got {run_id!r}")
+        if not isinstance(head, RunHead):
+            raise TypeError(f"head must be a RunHead, got {type(head).__name__}")
+        # Encoded here, in the caller's task: bad input fails this call alone.
+        rows = [
+            (run_id, i, json.dumps(entry_to_dict(e), ensure_ascii=False))
+            for i, e in enumerate(entries)
+        ]
+        try:
+            head_json = json.dumps(head.to_dict(), ensure_ascii=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"RunHead for run {run_id!r} is not JSON-serializable "
+                f"(check context_state and output): {exc}"
+            ) from None
+
+        async def save(db: aiosqlite.Connection) -> None:
+            if rows:
+                await db.executemany(_INSERT_ENTRY, rows)
+            await db.execute(_UPSERT_HEAD, (run_id, head_json, len(rows)))
+
+        await self._store.write(save)
+
+    async def load(self, run_id: str) -> RunSnapshot | None:
+        async def query(db: aiosqlite.Connection) -> tuple[Any, list[Any]] | None:
+            heads = list(
+                await db.execute_fetchall(
+                    "SELECT head_json, entry_count FROM checkpoint_heads WHERE run_id = ?",
+                    (run_id,),
+                )
+            )
+            if not heads:
+                return None
+            entries = await db.execute_fetchall(
+                "SELECT idx, entry_json FROM checkpoint_entries WHERE run_id = ? ORDER BY idx",
+                (run_id,),
+            )
+            return heads[0], list(entries)
+
+        found = await self._store.read(query)
+        if found is None:
+            return None
+        (head_json, count), rows = found
+        return RunSnapshot(
+            run_id, _decode_entries(run_id, count, rows), _decode_head(run_id, head_json)
+        )
+
+    async def delete(self, run_id: str) -> None:
+        async def remove(db: aiosqlite.Connection) -> None:
+            await db.execute("DELETE FROM checkpoint_entries WHERE run_id = ?", (run_id,))
+            await db.execute("DELETE FROM checkpoint_heads WHERE run_id = ?", (run_id,))
+
+        await self._store.write(remove)
+
+
+def _decode_head(run_id: str, head_json: str) -> RunHead:
+    try:
+        data = json.loads(head_json)
+        if not isinstance(data, dict):
+            raise TypeError(f"expected a JSON object, got {type(data).__name__}")
+        return RunHead.from_dict(data)
+    except (ValueError, TypeError) as exc:
+        raise StoredDataError(
+            f"checkpoint_heads row for run {run_id!r} cannot be decoded: {exc}. Delete the "
+            "checkpoint (it cannot be resumed) or repair the row."
+        ) from exc
+
+
+def _decode_entries(run_id: str, count: int, rows: list[Any]) -> list[Entry]:
+    if len(rows) != count or any(idx != i for i, (idx, _) in enumerate(rows)):
+        raise StoredDataError(
+            f"checkpoint of run {run_id!r} should hold entries 0..{count - 1} but holds "
+            f"{[idx for idx, _ in rows][:20]}; it was changed outside this store. Delete the "
+            "checkpoint (it cannot be resumed safely) or repair it."
+        )
+    out: list[Entry] = []
+    for idx, data in rows:
+        try:
+            out.append(entry_from_dict(json.loads(data)))
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise StoredDataError(
+                f"checkpoint_entries row (run_id={run_id!r}, idx={idx}) cannot be decoded: "
+                f"{exc}. Delete the checkpoint or repair the row."
+            ) from exc
+    return out
