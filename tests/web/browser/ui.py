@@ -61,7 +61,7 @@ RECORDER_JS = """
       const text = parts.map(c => c.textContent).join('\\n');
       const nums = (text.match(/\\d+/g) || []).map(Number);
       const bad = nums.findIndex((n, i) => n !== i + 1);
-      if (nums.length > 2 && bad !== -1) {
+      if (nums.length > 2 && bad !== -1 && violations.length < 50) {
         violations.push({status: reply.getAttribute('data-status'), at: bad,
                          around: nums.slice(Math.max(0, bad - 3), bad + 3)});
       }
@@ -178,6 +178,7 @@ def wait_for_numbers(page: Page, at_least: int, timeout_s: float = 15.0) -> int:
         """n => { const r = Array.from(document.querySelectorAll('[data-role=assistant]')).pop();
                   if (!r) return false;
                   const t = Array.from(r.querySelectorAll('.content'))
+                    .filter(c => c.closest('[data-role]') === r)
                     .map(c => c.textContent).join(' ');
                   return (t.match(/\\d+/g) || []).length >= n; }""",
         arg=at_least,
