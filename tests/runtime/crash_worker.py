@@ -12,7 +12,15 @@ import json
 import os
 import sys
 
-from webapp import Agent, CheckpointOptions, RunContext, Runner, SQLiteCheckpointer, SQLiteSession, tool
+from webapp import (
+    Agent,
+    CheckpointOptions,
+    RunContext,
+    Runner,
+    SQLiteCheckpointer,
+    SQLiteSession,
+    tool,
+)
 from webapp.models import ScriptedModel
 
 DB, LOG, MODE, TURNS = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])

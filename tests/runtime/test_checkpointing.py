@@ -317,3 +317,25 @@ async def test_caller_cancelling_runner_run_cancels_the_run():
             break
         await asyncio.sleep(0.02)
     assert (await cp.load("x")).status == "interrupted"
+
+
+class SlowCheckpointer(InMemoryCheckpointer):
+    """Each save takes a moment, like a busy disk, so a cancel lands mid-save."""
+
+    async def append(self, run_id, entries, head):
+        await asyncio.sleep(0.2)
+        await super().append(run_id, entries, head)
+
+
+async def test_cancel_during_a_save_neither_loses_nor_reorders_it():
+    cp = SlowCheckpointer()
+    model = ScriptedModel([[("record", {"tag": "x"})], "never"])
+    handle = Runner.stream(Agent("a", model=model, tools=[record]), "go", checkpoint=CheckpointOptions(cp, "s"))
+    async for event in handle:
+        if isinstance(event, RunStarted):
+            # saves: after the model turn (0-0.2 s), after the tool result (0.2-0.4 s)
+            await asyncio.sleep(0.3)
+            handle.cancel()
+    snapshot = await cp.load("s")
+    assert snapshot.status == "interrupted"  # the interrupt was written last
+    assert [type(e).__name__ for e in snapshot.entries] == ["UserEntry", "ToolCallEntry", "ToolResultEntry"]

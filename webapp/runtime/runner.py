@@ -15,6 +15,7 @@ idempotent per run_id.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -207,6 +208,7 @@ class _Run:
     completed: bool = False
     saved: bool = False  # this run has written its checkpoint at least once
     terminal_sent: bool = False
+    inflight: asyncio.Future[None] | None = None  # the checkpoint save under way
 
     def __post_init__(self) -> None:
         self.agent = self.entry_agent
@@ -429,6 +431,7 @@ class _Run:
         return result
 
     async def _finish_after_late_cancel(self) -> RunResult:
+        await self._settle_inflight()  # checkpoint completed first, then the session
         await self._persist_finished(self.entries, self.head)
         result = self._result(self.head.output or "", self.finish_reason)
         self.emit(RunCompleted(result))
@@ -454,18 +457,28 @@ class _Run:
     async def _save(self) -> None:
         if self.checkpoint is None:
             return
-        # Taken out before the await: a write that was submitted counts as saved,
-        # so an interrupt never appends the same entries twice.
         new, self.unsaved = self.unsaved, []
         self.head = replace(self.head, updated_at=time.time())
         self.saved = True
-        await self.checkpoint.checkpointer.append(self.run_id, new, self.head)
+        # Shielded: a cancel must not drop a save half-way (a queued SQLite write
+        # whose caller is cancelled is skipped), and the entries are no longer in
+        # `unsaved`, so an interrupt never appends them twice either.
+        self.inflight = asyncio.ensure_future(
+            self.checkpoint.checkpointer.append(self.run_id, new, self.head)
+        )
+        await asyncio.shield(self.inflight)
 
     async def _mark(self, status: str, *, error: str | None = None) -> None:
         if self.checkpoint is None or not self.saved:
             return  # refused before its first save: the stored run (if any) is not ours
+        await self._settle_inflight()  # keep saves in order: this head must be the last
         self.head = replace(self.head, status=status, error=error)  # type: ignore[arg-type]
         await self._save()
+
+    async def _settle_inflight(self) -> None:
+        if self.inflight is not None and not self.inflight.done():
+            with contextlib.suppress(Exception):
+                await self.inflight
 
     async def _persist_finished(self, entries: list[Entry], head: RunHead) -> None:
         if self.session is not None and self.session_id is not None:
