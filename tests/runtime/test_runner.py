@@ -260,3 +260,17 @@ async def test_usage_adds_up_over_turns():
     model = ScriptedModel([[("add", {"a": 1, "b": 1})], "two words"])
     result = await Runner.run(Agent("a", model=model, tools=[add]), "go")
     assert result.usage.output_tokens == 1 + 2
+
+
+async def test_input_must_be_text_or_entries():
+    with pytest.raises(UserError, match="transcript entries"):
+        await Runner.run(Agent("a", model=ScriptedModel(["x"])), ["not an entry"])
+    with pytest.raises(UserError, match="string or a list"):
+        await Runner.run(Agent("a", model=ScriptedModel(["x"])), 42)
+
+
+async def test_a_list_of_entries_is_the_runs_input():
+    model = ScriptedModel(["ok"])
+    result = await Runner.run(Agent("a", model=model), [UserEntry("a"), UserEntry("b")])
+    assert model.requests[0] == [UserEntry("a"), UserEntry("b")]
+    assert result.entries[:2] == [UserEntry("a"), UserEntry("b")]

@@ -246,7 +246,11 @@ class _Run:
             raise UserError("Runner got session= without session_id=; pass the conversation's id")
         if self.max_turns < 1:
             raise UserError(f"max_turns must be >= 1, got {self.max_turns!r}")
-        if not isinstance(self.input, (str, list, tuple)):
+        if isinstance(self.input, (list, tuple)):
+            bad = [e for e in self.input if not isinstance(e, _ENTRY_TYPES)]
+            if bad:
+                raise UserError(f"input lists must hold transcript entries, got {bad[0]!r}")
+        elif not isinstance(self.input, str):
             raise UserError(
                 f"input must be a string or a list of entries, got {type(self.input).__name__}"
             )
@@ -275,7 +279,9 @@ class _Run:
         return snapshot
 
     async def _start(self) -> None:
-        new = [UserEntry(self.input)] if isinstance(self.input, str) else list(self.input)
+        new: list[Entry] = (
+            [UserEntry(self.input)] if isinstance(self.input, str) else list(self.input)
+        )
         self.history = await self._load_history()
         self.call_ids = _call_ids(self.history)
         self.entries = []
@@ -359,7 +365,7 @@ class _Run:
         produced += [AssistantEntry(text)] if text else []
         self.head = replace(self.head, turns=self.head.turns + 1)
         self.ctx.turn, self.ctx.usage = self.head.turns, self.head.usage
-        self._add(produced + calls)
+        self._add([*produced, *calls])
         await self._save()
         return RunAgain(calls) if calls else FinalOutput(text)
 
@@ -552,6 +558,9 @@ class _Run:
         hooks: RunHooks | None = self.agent.hooks
         if hooks is not None:
             await getattr(hooks, name)(*args)
+
+
+_ENTRY_TYPES = (UserEntry, AssistantEntry, ReasoningEntry, ToolCallEntry, ToolResultEntry)
 
 
 def _call_ids(entries: list[Entry]) -> set[str]:
