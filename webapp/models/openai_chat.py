@@ -1,0 +1,559 @@
+"""OpenAIChatModel: any OpenAI-compatible Chat Completions endpoint, streamed.
+
+Works with OpenAI, Ollama, vLLM, llama.cpp's server, LM Studio and the like.
+One pooled `httpx.AsyncClient` per model instance (created on first use,
+released by `aclose()`), `stream=True` with usage included, tool calls
+assembled from their deltas by index and yielded whole when the stream ends.
+
+Every failure becomes a `ModelError` a user can act on: it names the endpoint
+URL, the HTTP status and the provider's own error text. The API key never
+appears in an error or a log line -- it is only ever put in the Authorization
+header, and any provider text that echoes it is redacted.
+
+Retries: 429 and 5xx answers are retried a few times with backoff that
+honours Retry-After. That can only happen before the first token, because
+a status arrives before the body; once text has streamed, replaying the call
+would show the user the same words twice, so mid-stream failures are final.
+
+Cancelling the consuming task closes the HTTP response (and with it the
+connection, since the body was not read to the end), which is how an
+OpenAI-compatible server learns to stop generating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import Any, Self
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from webapp.errors import ModelError
+from webapp.runtime.model import (
+    FinishPart,
+    ModelPart,
+    ModelRequest,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolSpec,
+    UsagePart,
+)
+from webapp.transcript import (
+    AssistantEntry,
+    Entry,
+    ReasoningEntry,
+    ToolCallEntry,
+    UserEntry,
+    drop_dangling_tool_calls,
+)
+from webapp.usage import Usage
+
+logger = logging.getLogger("webapp.models.openai_chat")
+
+_MAX_ERROR_BODY = 64 * 1024
+_DRAIN_SECONDS = 1.0
+_MAX_ERROR_TEXT = 500
+_SSE_FIELDS = frozenset({"data", "event", "id", "retry"})
+
+
+class OpenAIChatModel:
+    """Streams Chat Completions from `base_url` (e.g. ``https://api.openai.com/v1``)."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        connect_timeout: float = 10.0,
+        max_retries: int = 3,
+        retry_backoff: float = 0.5,
+        max_retry_wait: float = 20.0,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError("model must be a non-empty model name, e.g. 'gpt-4o-mini'")
+        self.model = model.strip()
+        self.base_url = _check_base_url(base_url)
+        self.endpoint = self.base_url + "/chat/completions"
+        self._api_key = api_key or None
+        for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+            if not value > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        for name, value in (("retry_backoff", retry_backoff), ("max_retry_wait", max_retry_wait)):
+            if not value >= 0:
+                raise ValueError(f"{name} must be >= 0 seconds, got {value!r}")
+        if not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries must be an integer >= 0, got {max_retries!r}")
+        self.timeout = float(timeout)
+        self.connect_timeout = float(connect_timeout)
+        self.max_retries = max_retries
+        self.retry_backoff = float(retry_backoff)
+        self.max_retry_wait = float(max_retry_wait)
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self._headers = dict(headers or {})
+        self._extra_body = dict(extra_body or {})
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        # Deliberately without the API key: reprs end up in logs and tracebacks.
+        return f"OpenAIChatModel({self.model!r}, base_url={_public_url(self.base_url)!r})"
+
+    @property
+    def public_endpoint(self) -> str:
+        """The endpoint URL safe to show: credentials embedded in it are removed."""
+        return _public_url(self.endpoint)
+
+    async def aclose(self) -> None:
+        """Close the pooled HTTP client; the next request opens a new one."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _http(self) -> httpx.AsyncClient:
+        # A client is bound to the event loop it first ran on; a model used
+        # from another loop (tests, a restarted app) gets a fresh client.
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client.is_closed or self._client_loop is not loop:
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
+                limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+            )
+            self._client_loop = loop
+        return self._client
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelPart]:
+        body = self._request_body(request)
+        attempt = 0
+        while True:
+            try:
+                async with self._http().stream(
+                    "POST", self.endpoint, json=body, headers=self._request_headers()
+                ) as response:
+                    if response.status_code < 400:
+                        async for part in self._read_stream(response):
+                            yield part
+                        return
+                    error = await self._http_error(response)
+                    wait = self._retry_wait(response, attempt)
+            except httpx.HTTPError as exc:
+                raise self._transport_error(exc) from exc
+            if wait is None:
+                raise error
+            attempt += 1
+            logger.warning(
+                "%s; retrying in %.2f s (retry %d of %d)", error, wait, attempt, self.max_retries
+            )
+            await asyncio.sleep(wait)
+
+    def _request_headers(self) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream", **self._headers}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    def _request_body(self, request: ModelRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": build_messages(request.system, request.entries),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            body["tools"] = [tool_definition(spec) for spec in request.tools]
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        body.update(self._extra_body)
+        return body
+
+    async def _read_stream(self, response: httpx.Response) -> AsyncIterator[ModelPart]:
+        content_type = response.headers.get("content-type", "")
+        if content_type.startswith("application/json"):
+            # A server that ignored stream=True answered with one whole completion.
+            raw = await response.aread()
+            for part in _parts_from_completion(self._decode(raw.decode("utf-8", "replace"))):
+                yield part
+            return
+        if content_type.startswith("text/html"):
+            raise ModelError(
+                f"{self.public_endpoint} answered with an HTML page, not a Chat Completions "
+                "stream; check --base-url (OpenAI-compatible servers usually end in /v1)"
+            )
+        state = _StreamState()
+        payloads = self._sse_payloads(response)
+        async for payload in payloads:
+            if payload.strip() == "[DONE]":
+                state.done = True
+                break
+            for part in state.feed(self._decode(payload), self.public_endpoint):
+                yield part
+        if state.done:
+            await _finish_reading(payloads)
+        if not state.done and state.finish_reason is None:
+            raise ModelError(
+                f"the stream from {self.public_endpoint} ended before the model finished "
+                "(no finish_reason and no [DONE]); the server may have dropped the connection"
+            )
+        for part in state.final_parts():
+            yield part
+
+    async def _sse_payloads(self, response: httpx.Response) -> AsyncIterator[str]:
+        # Each ``data:`` line is one payload. The SSE standard would join
+        # consecutive data lines, but Chat Completions servers never split a
+        # chunk over lines, and some omit the blank separator line entirely.
+        async for line in response.aiter_lines():
+            if not line or line.startswith(":"):
+                continue  # event separator or keep-alive comment
+            name, _, value = line.partition(":")
+            if name not in _SSE_FIELDS:
+                raise ModelError(
+                    f"{self.public_endpoint} sent a malformed stream: expected Server-Sent "
+                    f"Events 'data:' lines, got {self._redact(line[:200])!r}"
+                )
+            if name == "data":
+                yield value.removeprefix(" ")
+
+    def _decode(self, payload: str) -> dict[str, Any]:
+        try:
+            chunk = json.loads(payload)
+        except json.JSONDecodeError as exc:
+            raise ModelError(
+                f"{self.public_endpoint} sent a malformed stream chunk (not JSON: {exc.msg}): "
+                f"{self._redact(payload[:200])!r}"
+            ) from None
+        if not isinstance(chunk, dict):
+            raise ModelError(
+                f"{self.public_endpoint} sent a malformed stream chunk (expected a JSON "
+                f"object): {self._redact(payload[:200])!r}"
+            )
+        return chunk
+
+    async def _http_error(self, response: httpx.Response) -> ModelError:
+        raw = b""
+        try:
+            async for piece in response.aiter_bytes():
+                raw += piece
+                if len(raw) >= _MAX_ERROR_BODY:
+                    break
+        except httpx.HTTPError as exc:
+            raw += f" (error body incomplete: {type(exc).__name__})".encode()
+        detail = self._redact(_provider_message(raw.decode("utf-8", "replace")))
+        status = response.status_code
+        reason = response.reason_phrase or ""
+        message = (
+            f"model endpoint {self.public_endpoint} answered HTTP {status}"
+            f"{' ' + reason if reason else ''}: {detail or '(no error text)'}"
+        )
+        hint = _status_hint(status, self.model)
+        return ModelError(f"{message}. {hint}" if hint else message)
+
+    def _retry_wait(self, response: httpx.Response, attempt: int) -> float | None:
+        """Seconds to wait before retrying, or None when this answer is final."""
+        if response.status_code != 429 and response.status_code < 500:
+            return None
+        if attempt >= self.max_retries:
+            return None
+        advised = _retry_after_seconds(response.headers.get("retry-after"))
+        wait = advised if advised is not None else self.retry_backoff * (2**attempt)
+        return min(max(wait, 0.0), self.max_retry_wait)
+
+    def _transport_error(self, exc: httpx.HTTPError) -> ModelError:
+        url = self.public_endpoint
+        detail = self._redact(str(exc) or type(exc).__name__)
+        if isinstance(exc, httpx.ConnectTimeout):
+            text = f"cannot reach the model endpoint {url}: connecting timed out after "
+            text += f"{self.connect_timeout:g} s; check --base-url and that the server is up"
+        elif isinstance(exc, httpx.ConnectError):
+            text = f"cannot reach the model endpoint {url}: it is unreachable ({detail}); "
+            text += "check --base-url and that the server is running"
+        elif isinstance(exc, httpx.ReadTimeout):
+            text = f"the model endpoint {url} stalled: no data for {self.timeout:g} s "
+            text += "(read timeout); the server may be overloaded -- try again"
+        elif isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+            text = f"the connection to the model endpoint {url} broke mid-response ({detail})"
+        elif isinstance(exc, (httpx.UnsupportedProtocol, httpx.InvalidURL)):
+            text = f"the model endpoint URL {url} is not usable ({detail}); check --base-url"
+        else:
+            text = f"request to the model endpoint {url} failed: {type(exc).__name__}: {detail}"
+        return ModelError(text)
+
+    def _redact(self, text: str) -> str:
+        if self._api_key and len(self._api_key) >= 4:
+            return text.replace(self._api_key, "[redacted]")
+        return text
+
+
+async def _finish_reading(rest: AsyncIterator[str]) -> None:
+    """Read what follows [DONE] so the connection can go back to the pool.
+
+    A response left unread has to be closed, which costs a new connection
+    (and TLS handshake) on the next call. Bounded: a server that keeps the
+    stream open after [DONE] just loses its connection.
+    """
+    with contextlib.suppress(TimeoutError, httpx.HTTPError, ModelError):
+        async with asyncio.timeout(_DRAIN_SECONDS):
+            async for _ in rest:
+                continue  # anything after [DONE] carries no meaning
+
+
+@dataclass
+class _PendingCall:
+    call_id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _StreamState:
+    """What one streamed completion has said so far, beyond text."""
+
+    calls: list[_PendingCall] = field(default_factory=list)
+    by_index: dict[int, _PendingCall] = field(default_factory=dict)
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    done: bool = False
+
+    def feed(self, chunk: dict[str, Any], endpoint: str) -> list[ModelPart]:
+        """Absorb one chunk; returns the text and reasoning parts to stream now."""
+        if chunk.get("error"):
+            message = _error_text(chunk["error"])
+            raise ModelError(f"{endpoint} reported an error mid-stream: {message}")
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = _usage(usage)
+        parts: list[ModelPart] = []
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            if not isinstance(delta, dict):
+                raise ModelError(f"{endpoint} sent a chunk whose choice has no 'delta' object")
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                parts.append(ReasoningPart(reasoning))
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                parts.append(TextPart(content))
+            for call_delta in delta.get("tool_calls") or []:
+                if isinstance(call_delta, dict):
+                    self._absorb_call(call_delta)
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+        return parts
+
+    def _absorb_call(self, delta: dict[str, Any]) -> None:
+        slot = self._slot_for(delta.get("index"), delta.get("id") or "")
+        function = delta.get("function") or {}
+        if isinstance(function.get("name"), str) and not slot.name:
+            slot.name = function["name"]
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            slot.arguments.append(arguments)
+        elif isinstance(arguments, dict):  # a few servers send an object, not JSON text
+            slot.arguments.append(json.dumps(arguments))
+
+    def _slot_for(self, index: object, call_id: str) -> _PendingCall:
+        known = self.by_index.get(index) if isinstance(index, int) else None
+        # Same index with a different id: a server that numbers every call 0.
+        if known is not None and not (call_id and known.call_id and call_id != known.call_id):
+            if call_id and not known.call_id:
+                known.call_id = call_id
+            return known
+        if index is None and not call_id and self.calls:
+            return self.calls[-1]  # a continuation from a server that omits the index
+        slot = _PendingCall(call_id=call_id)
+        self.calls.append(slot)
+        if isinstance(index, int):
+            self.by_index[index] = slot
+        return slot
+
+    def final_parts(self) -> list[ModelPart]:
+        parts: list[ModelPart] = [
+            ToolCallPart(
+                call.call_id or f"call_{uuid.uuid4().hex[:16]}",
+                call.name,
+                "".join(call.arguments),
+            )
+            for call in self.calls
+        ]
+        if self.usage is not None:
+            parts.append(UsagePart(self.usage))
+        parts.append(FinishPart(self.finish_reason))
+        return parts
+
+
+def build_messages(system: str, entries: list[Entry]) -> list[dict[str, Any]]:
+    """The Chat Completions ``messages`` for a system prompt and a transcript.
+
+    The transcript is made tool-consistent first: a call without a result, or
+    a result without its call, makes OpenAI-style servers reject the request.
+    Reasoning is not sent back (providers either ignore or refuse it).
+    """
+    entries = drop_dangling_tool_calls(entries)
+    called = {e.call_id for e in entries if isinstance(e, ToolCallEntry)}
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    turn: dict[str, Any] | None = None  # the assistant message being assembled
+    for entry in entries:
+        if isinstance(entry, ReasoningEntry):
+            continue
+        if isinstance(entry, (AssistantEntry, ToolCallEntry)):
+            if turn is None or (isinstance(entry, AssistantEntry) and "tool_calls" in turn):
+                turn = {"role": "assistant", "content": None}
+                messages.append(turn)
+            if isinstance(entry, AssistantEntry):
+                turn["content"] = (turn["content"] or "") + entry.text
+            else:
+                turn.setdefault("tool_calls", []).append(_tool_call_message(entry))
+            continue
+        turn = None
+        if isinstance(entry, UserEntry):
+            messages.append({"role": "user", "content": entry.text})
+        elif entry.call_id in called:
+            messages.append(
+                {"role": "tool", "tool_call_id": entry.call_id, "content": entry.output}
+            )
+    return messages
+
+
+def _tool_call_message(entry: ToolCallEntry) -> dict[str, Any]:
+    return {
+        "id": entry.call_id,
+        "type": "function",
+        "function": {"name": entry.name, "arguments": entry.arguments or "{}"},
+    }
+
+
+def tool_definition(spec: ToolSpec) -> dict[str, Any]:
+    """A ToolSpec in the Chat Completions ``tools`` format."""
+    return {
+        "type": "function",
+        "function": {
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": spec.parameters,
+        },
+    }
+
+
+def _parts_from_completion(body: dict[str, Any]) -> list[ModelPart]:
+    state = _StreamState()
+    if body.get("error"):
+        raise ModelError(f"the model endpoint reported an error: {_error_text(body['error'])}")
+    choices = body.get("choices") or []
+    message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
+    if not isinstance(message, dict):
+        raise ModelError("the model endpoint answered JSON without choices[0].message")
+    parts: list[ModelPart] = []
+    if isinstance(message.get("reasoning_content"), str) and message["reasoning_content"]:
+        parts.append(ReasoningPart(message["reasoning_content"]))
+    if isinstance(message.get("content"), str) and message["content"]:
+        parts.append(TextPart(message["content"]))
+    for index, call in enumerate(message.get("tool_calls") or []):
+        if isinstance(call, dict):
+            state._absorb_call({**call, "index": index})
+    if isinstance(body.get("usage"), dict):
+        state.usage = _usage(body["usage"])
+    state.finish_reason = choices[0].get("finish_reason")
+    return parts + state.final_parts()
+
+
+def _usage(data: dict[str, Any]) -> Usage:
+    def count(key: str) -> int:
+        value = data.get(key)
+        return value if isinstance(value, int) and value >= 0 else 0
+
+    return Usage(input_tokens=count("prompt_tokens"), output_tokens=count("completion_tokens"))
+
+
+def _provider_message(body: str) -> str:
+    """The provider's own error text: JSON ``error.message`` if there is one, else the body."""
+    text = body.strip()
+    try:
+        data = json.loads(text) if text else None
+    except json.JSONDecodeError:
+        data = None
+    if isinstance(data, dict):
+        for key in ("error", "message", "detail"):
+            if data.get(key):
+                text = _error_text(data[key])
+                break
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + " ..."
+
+
+def _error_text(error: object) -> str:
+    if isinstance(error, dict):
+        message = error.get("message") or error.get("msg") or error.get("detail")
+        if message:
+            return str(message)
+        return json.dumps(error)[:_MAX_ERROR_TEXT]
+    return str(error)
+
+
+def _status_hint(status: int, model: str) -> str:
+    if status in (401, 403):
+        return "Check the API key (--api-key or OPENAI_API_KEY)"
+    if status == 404:
+        return f"Check --base-url and that the model {model!r} exists there (--model)"
+    if status == 429:
+        return "The provider is rate-limiting; wait a moment and try again"
+    if status >= 500:
+        return "The model server failed; try again later"
+    return ""
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass  # not a number of seconds: maybe an HTTP date
+    try:
+        moment = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(moment.timestamp() - time.time(), 0.0)
+
+
+def _check_base_url(base_url: str) -> str:
+    if not isinstance(base_url, str) or not base_url.strip():
+        raise ValueError("base_url must be the endpoint's URL, e.g. 'https://api.openai.com/v1'")
+    url = base_url.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(
+            f"base_url {_public_url(url)!r} must be an http:// or https:// URL such as "
+            "'http://localhost:11434/v1'"
+        )
+    url = url.removesuffix("/chat/completions")  # a common slip: the full endpoint was given
+    return url
+
+
+def _public_url(url: str) -> str:
+    """The URL without any user:password@ part."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
