@@ -248,6 +248,18 @@ class SQLiteStore:
     async def _connection(self) -> aiosqlite.Connection:
         if self._db is not None:
             return self._db
+        folder = os.path.dirname(os.path.abspath(self.path))
+        if (
+            self.path != ":memory:"
+            and not self.path.startswith("file:")
+            and not os.path.isdir(folder)
+        ):
+            # Checked here because a failed aiosqlite connect leaves its thread
+            # reporting to a loop that may be gone.
+            raise sqlite3.OperationalError(
+                f"cannot open SQLite database {self.path!r}: directory {folder!r} does not "
+                "exist; create it or choose another path"
+            )
         try:
             db = await aiosqlite.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
         except sqlite3.Error as exc:

@@ -124,9 +124,8 @@ class SQLiteCheckpointer:
         if found is None:
             return None
         (head_json, count), rows = found
-        return RunSnapshot(
-            run_id, _decode_entries(run_id, count, rows), _decode_head(run_id, head_json)
-        )
+        head = _decode_head(run_id, head_json)
+        return RunSnapshot(run_id, _decode_entries(run_id, count, rows), head)
 
     async def delete(self, run_id: str) -> None:
         async def remove(db: aiosqlite.Connection) -> None:

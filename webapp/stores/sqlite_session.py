@@ -67,6 +67,13 @@ VALUES (
 ON CONFLICT (session_id, run_id) DO NOTHING
 """
 
+# The rows a rewind can touch: those ending past the cut. The condition
+# matches the expression index, so only the tail is read.
+TAIL_SQL = """
+SELECT seq, run_id, first_entry, entries_json FROM session_segments
+WHERE session_id = ? AND first_entry + entry_count > ? ORDER BY seq
+"""
+
 
 class SQLiteSession:
     """A durable Session in a SQLite file; see `webapp.stores.session` for the contract."""
@@ -166,9 +173,7 @@ class SQLiteSession:
             # Only rows ending past the cut (the tail) are read. A cut at 0
             # also takes empty runs at the very start: 0 empties the session.
             rows = await db.execute_fetchall(
-                "SELECT seq, run_id, first_entry, entries_json FROM session_segments "
-                "WHERE session_id = ? AND first_entry + entry_count > ? ORDER BY seq",
-                (session_id, keep_entries if keep_entries > 0 else -1),
+                TAIL_SQL, (session_id, keep_entries if keep_entries > 0 else -1)
             )
             tail = [
                 (first, Segment(run_id, _decode_entries(session_id, seq, run_id, data)))
