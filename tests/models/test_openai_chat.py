@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import API_KEY, ChatServer, Reply, chunk, sse, text_reply, usage_chunk
+from chat_server import API_KEY, ChatServer, Reply, chunk, sse, text_reply, usage_chunk
 
 from webapp.errors import ModelError
 from webapp.models import OpenAIChatModel

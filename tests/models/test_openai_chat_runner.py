@@ -5,11 +5,17 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import API_KEY, ChatServer, Reply, chunk, sse, text_reply, usage_chunk
+from chat_server import API_KEY, ChatServer, Reply, chunk, sse, text_reply, usage_chunk
 
 from webapp import Agent, InMemorySession, Runner
 from webapp.errors import ModelError
-from webapp.events import RunFailed, TextDelta, ToolCallFinished, ToolCallStarted
+from webapp.events import (
+    RunCancelled,
+    RunFailed,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+)
 from webapp.models import OpenAIChatModel
 from webapp.tools import calculator
 from webapp.transcript import AssistantEntry, ToolCallEntry, ToolResultEntry, UserEntry
@@ -139,3 +145,31 @@ async def test_an_endpoint_error_fails_the_run_with_a_readable_message(
     assert API_KEY not in str(failed.error)
     with pytest.raises(ModelError, match="HTTP 400"):
         await handle.result()
+
+
+async def test_stop_closes_the_provider_stream_and_keeps_the_partial_text(
+    chat_server: ChatServer, chat_model: OpenAIChatModel
+) -> None:
+    chat_server.script.append(
+        Reply(body=[chunk({"content": "Once upon"}), chunk({"content": " a time"})], hold=20)
+    )
+    handle = Runner.stream(Agent("a", model=chat_model), "tell me a long story")
+    streamed = ""
+
+    async def drain() -> RunCancelled | None:
+        nonlocal streamed
+        async for event in handle:
+            if isinstance(event, TextDelta):
+                streamed += event.text
+                if streamed == "Once upon a time":
+                    handle.cancel()
+            if isinstance(event, RunCancelled):
+                return event
+        return None
+
+    cancelled = await asyncio.wait_for(drain(), timeout=10)
+    assert cancelled is not None
+    assert AssistantEntry("Once upon a time") in cancelled.entries
+    assert await asyncio.to_thread(chat_server.disconnected.wait, 5), (
+        "the provider never saw the stream closed, so it would keep generating"
+    )

@@ -170,8 +170,7 @@ def _count_chunks(raw: str) -> list[str]:
     digits = raw.replace(",", "").replace("_", "")
     if len(digits) > 6 or int(digits) > MAX_COUNT:
         return _split_words(
-            f"I can count to at most {MAX_COUNT:,}; {raw} is more than that. "
-            "Try a smaller number."
+            f"I can count to at most {MAX_COUNT:,}; {raw} is more than that. Try a smaller number."
         )
     limit = int(digits)
     if limit < 1:
