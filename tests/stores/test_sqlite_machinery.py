@@ -1,0 +1,264 @@
+"""SQLiteStore: serialized jobs, group commit, failure isolation, lock waits, schema versions."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import aiosqlite
+import pytest
+
+from webapp.stores.sqlite import SQLiteStore, StoreBusyError, split_statements
+
+SCHEMA = "CREATE TABLE items (name TEXT PRIMARY KEY, note TEXT);"
+
+
+def make_store(path: Path, **kwargs: object) -> SQLiteStore:
+    options: dict[str, object] = {
+        "schema_name": "items",
+        "schema_version": 1,
+        "schema_sql": SCHEMA,
+    }
+    options.update(kwargs)
+    return SQLiteStore(path, **options)  # type: ignore[arg-type]
+
+
+def insert(name: str) -> Callable[[aiosqlite.Connection], Awaitable[str]]:
+    async def fn(db: aiosqlite.Connection) -> str:
+        await db.execute("INSERT INTO items (name) VALUES (?)", (name,))
+        return name
+
+    return fn
+
+
+async def names(store: SQLiteStore) -> list[str]:
+    async def fn(db: aiosqlite.Connection) -> list[str]:
+        return [r[0] for r in await db.execute_fetchall("SELECT name FROM items ORDER BY name")]
+
+    return await store.read(fn)
+
+
+async def hold_writer(store: SQLiteStore) -> tuple[asyncio.Event, asyncio.Task[str]]:
+    """Start a write that keeps its transaction open until the event is set."""
+    release, started = asyncio.Event(), asyncio.Event()
+
+    async def blocker(db: aiosqlite.Connection) -> str:
+        await db.execute("INSERT INTO items (name) VALUES ('blocker')")
+        started.set()
+        await release.wait()
+        return "blocker"
+
+    task = asyncio.ensure_future(store.write(blocker))
+    await asyncio.wait_for(started.wait(), 5)
+    return release, task
+
+
+@pytest.fixture(params=[False, True], ids=["rollback", "wal"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
+    s = make_store(tmp_path / "items.db", wal=request.param)
+    yield s
+    await s.close()
+
+
+async def test_a_failing_write_does_not_take_its_batch_down(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    release, blocker = await hold_writer(store)
+    committed_seen: dict[str, int] = {}
+    observer = sqlite3.connect(tmp_path / "items.db", timeout=5)
+
+    def observed(name: str, fail: BaseException | None = None):  # type: ignore[no-untyped-def]
+        async def fn(db: aiosqlite.Connection) -> str:
+            await db.execute("INSERT INTO items (name) VALUES (?)", (name,))
+            if store.wal:  # rows other connections can see = committed rows
+                committed_seen[name] = observer.execute("SELECT count(*) FROM items").fetchone()[0]
+            if fail is not None:
+                raise fail
+            return name
+
+        return fn
+
+    jobs = [observed(f"good{i}") for i in range(5)]
+    jobs.append(observed("half-done", RuntimeError("tool exploded")))
+    jobs += [observed(f"good{i}") for i in range(5, 9)]
+    jobs.append(insert("good0"))  # violates the primary key
+    tasks = [asyncio.ensure_future(store.write(fn)) for fn in jobs]
+    await asyncio.sleep(0.05)
+    release.set()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    observer.close()
+
+    assert await blocker == "blocker"
+    assert results[:5] + results[6:10] == [f"good{i}" for i in range(9)]
+    assert isinstance(results[5], RuntimeError) and "tool exploded" in str(results[5])
+    assert isinstance(results[10], sqlite3.IntegrityError)
+    assert await names(store) == ["blocker"] + [f"good{i}" for i in range(9)]
+    if store.wal:
+        # Every write ran while only the blocker was committed: one shared transaction.
+        assert set(committed_seen.values()) == {1}
+
+
+async def test_a_lone_failing_write_reports_its_error_and_the_store_goes_on(
+    store: SQLiteStore,
+) -> None:
+    async def broken(db: aiosqlite.Connection) -> None:
+        await db.execute("INSERT INTO items (name) VALUES ('partial')")
+        await db.execute("INSERT INTO no_such_table VALUES (1)")
+
+    with pytest.raises(sqlite3.OperationalError, match="no_such_table"):
+        await store.write(broken)
+    assert await store.write(insert("after")) == "after"
+    assert await names(store) == ["after"]
+
+
+async def test_a_read_waits_for_the_open_write_and_never_sees_it_half_done(
+    store: SQLiteStore,
+) -> None:
+    release, blocker = await hold_writer(store)
+    reader = asyncio.ensure_future(names(store))
+    await asyncio.sleep(0.1)
+    assert not reader.done()  # it would have seen the uncommitted 'blocker' row
+    release.set()
+    await blocker
+    assert await asyncio.wait_for(reader, 5) == ["blocker"]
+
+
+async def test_a_write_cancelled_while_queued_is_skipped(store: SQLiteStore) -> None:
+    release, blocker = await hold_writer(store)
+    doomed = asyncio.ensure_future(store.write(insert("doomed")))
+    kept = asyncio.ensure_future(store.write(insert("kept")))
+    await asyncio.sleep(0.01)
+    doomed.cancel()
+    release.set()
+    await blocker
+    assert await kept == "kept"
+    assert await names(store) == ["blocker", "kept"]
+
+
+async def test_a_write_whose_caller_is_cancelled_mid_transaction_still_commits(
+    store: SQLiteStore,
+) -> None:
+    release, blocker = await hold_writer(store)
+    blocker.cancel()
+    await asyncio.sleep(0.01)
+    release.set()
+    assert await names(store) == ["blocker"]
+
+
+@pytest.mark.parametrize("wal", [False, True], ids=["rollback", "wal"])
+async def test_a_write_waits_for_another_connections_lock(tmp_path: Path, wal: bool) -> None:
+    path = tmp_path / "items.db"
+    store = make_store(path, wal=wal)
+    await names(store)  # create the schema
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    asyncio.get_running_loop().call_later(0.4, other.execute, "COMMIT")
+    started = time.monotonic()
+    assert await store.write(insert("late")) == "late"
+    assert time.monotonic() - started >= 0.3
+    assert await names(store) == ["late"]  # once, not retried into a duplicate
+    other.close()
+    await store.close()
+
+
+async def test_a_lock_held_too_long_gives_up_clearly_and_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "items.db"
+    store = make_store(path, wal=True, busy_timeout=0.3)
+    await names(store)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    with pytest.raises(StoreBusyError, match="locked by another connection.*nothing was written"):
+        await store.write(insert("blocked"))
+    other.execute("COMMIT")
+    other.close()
+    await store.write(insert("later"))
+    assert await names(store) == ["later"]
+    await store.close()
+
+
+async def test_a_commit_blocked_by_a_reader_is_rolled_back_not_half_reported(
+    tmp_path: Path,
+) -> None:
+    # Rollback journal: COMMIT needs readers gone. A busy COMMIT never
+    # committed, so the store rolls back and reports that nothing was written.
+    path = tmp_path / "items.db"
+    store = make_store(path, wal=False, busy_timeout=0.3)
+    await names(store)
+    reader = sqlite3.connect(path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM items").fetchone()
+    with pytest.raises(StoreBusyError, match="nothing was written"):
+        await store.write(insert("blocked"))
+    reader.execute("COMMIT")
+    reader.close()
+    assert await names(store) == []
+    await store.write(insert("later"))
+    assert await names(store) == ["later"]
+    await store.close()
+
+
+async def test_synchronous_full_and_a_busy_timeout_are_set(store: SQLiteStore) -> None:
+    async def pragmas(db: aiosqlite.Connection) -> tuple[int, int, str]:
+        sync = await db.execute_fetchall("PRAGMA synchronous")
+        busy = await db.execute_fetchall("PRAGMA busy_timeout")
+        mode = await db.execute_fetchall("PRAGMA journal_mode")
+        return next(iter(sync))[0], next(iter(busy))[0], next(iter(mode))[0]
+
+    sync, busy, mode = await store.read(pragmas)
+    assert sync == 2  # FULL
+    assert busy >= 5000
+    assert mode == ("wal" if store.wal else "delete")
+
+
+async def test_schema_versions_allow_migrations_and_refuse_newer_files(tmp_path: Path) -> None:
+    path = tmp_path / "items.db"
+    async with make_store(path) as v1:
+        await v1.write(insert("a"))
+    v2 = make_store(
+        path,
+        schema_version=2,
+        schema_sql=SCHEMA.replace(");", ", extra TEXT);"),
+        migrations={1: "ALTER TABLE items ADD COLUMN extra TEXT DEFAULT 'x';"},
+    )
+    async with v2:
+
+        async def extra(db: aiosqlite.Connection) -> list[tuple[str, str]]:
+            return [tuple(r) for r in await db.execute_fetchall("SELECT name, extra FROM items")]
+
+        assert await v2.read(extra) == [("a", "x")]
+    with pytest.raises(sqlite3.OperationalError, match="schema version 2, newer than.*1"):
+        await make_store(path).read(extra)
+    with pytest.raises(sqlite3.OperationalError, match="no migration .* from schema version 2"):
+        await make_store(path, schema_version=3).read(extra)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT version FROM schema_versions").fetchall() == [(2,)]
+
+
+def test_split_statements_keeps_triggers_and_literals_whole() -> None:
+    sql = """
+    CREATE TABLE t (a TEXT DEFAULT ';');
+    CREATE TRIGGER g AFTER INSERT ON t BEGIN
+        UPDATE t SET a = 'x;y'; DELETE FROM t WHERE a = ';';
+    END;
+    """
+    parts = split_statements(sql)
+    assert len(parts) == 2 and parts[1].startswith("CREATE TRIGGER") and parts[1].endswith("END;")
+    with pytest.raises(ValueError, match="incomplete statement"):
+        split_statements("CREATE TABLE t (a TEXT DEFAULT 'open literal;")
+
+
+def test_a_store_keeps_working_in_a_new_event_loop(tmp_path: Path) -> None:
+    store = make_store(tmp_path / "items.db", wal=True)
+    asyncio.run(store.write(insert("first loop")))
+
+    async def second() -> list[str]:
+        await store.write(insert("second loop"))
+        try:
+            return await names(store)
+        finally:
+            await store.close()
+
+    assert asyncio.run(second()) == ["first loop", "second loop"]
