@@ -285,19 +285,53 @@ async def test_429_with_retry_after_then_success(
     assert chat_server.received[0].body == chat_server.received[1].body
 
 
-async def test_retry_after_is_honoured_but_capped(chat_server: ChatServer) -> None:
+async def test_retry_after_is_honoured_and_a_long_one_fails_at_once(
+    chat_server: ChatServer,
+) -> None:
     chat_server.script += [
         Reply(status=429, body=["slow down"], headers={"retry-after": "0.4"}),
-        Reply(status=429, body=["slow down"], headers={"retry-after": "3600"}),
-        text_reply("ok"),
+        Reply(status=503, body=["busy"], headers={"retry-after": "3600"}),
+        text_reply("never reached"),
     ]
     async with OpenAIChatModel(
         "m", base_url=chat_server.base_url, retry_backoff=0, max_retry_wait=1.0
     ) as model:
         started = time.monotonic()
-        await collect(model, hello())
+        message = str(await failure(model, hello()))
         elapsed = time.monotonic() - started
-    assert 0.4 + 1.0 <= elapsed < 3, elapsed
+    assert 0.4 <= elapsed < 1.5, elapsed
+    assert len(chat_server.received) == 2
+    assert "HTTP 503" in message and "asked to wait 3600 s" in message
+
+
+async def test_without_retry_after_the_backoff_grows_and_is_capped(
+    chat_server: ChatServer,
+) -> None:
+    chat_server.script += [Reply(status=502, body=["bad gateway"], headers={}) for _ in range(3)]
+    chat_server.script.append(text_reply("ok"))
+    async with OpenAIChatModel(
+        "m", base_url=chat_server.base_url, retry_backoff=0.1, max_retry_wait=0.25
+    ) as model:
+        started = time.monotonic()
+        parts = await collect(model, hello())
+        elapsed = time.monotonic() - started
+    assert TextPart("ok") in parts
+    assert 0.1 + 0.2 + 0.25 <= elapsed < 2, elapsed  # 0.1, 0.2, then 0.4 capped to 0.25
+
+
+async def test_a_closing_chunk_without_delta_is_accepted(
+    chat_server: ChatServer, chat_model: OpenAIChatModel
+) -> None:
+    chat_server.script.append(
+        Reply(
+            body=[
+                chunk({"content": "hi"}),
+                sse({"choices": [{"index": 0, "finish_reason": "length"}]}),
+                sse("[DONE]"),
+            ]
+        )
+    )
+    assert await collect(chat_model, hello()) == [TextPart("hi"), FinishPart("length")]
 
 
 async def test_client_errors_are_not_retried_and_never_leak_the_key(

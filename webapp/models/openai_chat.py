@@ -268,6 +268,9 @@ class OpenAIChatModel:
             f"{' ' + reason if reason else ''}: {detail or '(no error text)'}"
         )
         hint = _status_hint(status, self.model)
+        advised = _retry_after_seconds(response.headers.get("retry-after"))
+        if advised is not None and advised > self.max_retry_wait:
+            hint = f"{hint} (the server asked to wait {advised:g} s before retrying)".lstrip()
         return ModelError(f"{message}. {hint}" if hint else message)
 
     def _retry_wait(self, response: httpx.Response, attempt: int) -> float | None:
@@ -277,8 +280,11 @@ class OpenAIChatModel:
         if attempt >= self.max_retries:
             return None
         advised = _retry_after_seconds(response.headers.get("retry-after"))
-        wait = advised if advised is not None else self.retry_backoff * (2**attempt)
-        return min(max(wait, 0.0), self.max_retry_wait)
+        if advised is None:
+            return min(self.retry_backoff * (2**attempt), self.max_retry_wait)
+        # A server that asks for a longer pause than we are willing to sit
+        # through will refuse an early retry too: fail now, saying how long.
+        return advised if advised <= self.max_retry_wait else None
 
     def _transport_error(self, exc: httpx.HTTPError) -> ModelError:
         url = self.public_endpoint
@@ -346,9 +352,11 @@ class _StreamState:
             self.usage = _usage(usage)
         parts: list[ModelPart] = []
         for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") if isinstance(choice, dict) else None
+            if not isinstance(choice, dict):
+                raise ModelError(f"{endpoint} sent a chunk whose choices are not objects")
+            delta = choice.get("delta") or {}  # a closing chunk may carry only finish_reason
             if not isinstance(delta, dict):
-                raise ModelError(f"{endpoint} sent a chunk whose choice has no 'delta' object")
+                raise ModelError(f"{endpoint} sent a chunk whose 'delta' is not an object")
             reasoning = delta.get("reasoning_content") or delta.get("reasoning")
             if isinstance(reasoning, str) and reasoning:
                 parts.append(ReasoningPart(reasoning))
