@@ -10,6 +10,7 @@ from chat_server import API_KEY, ChatServer, Reply, chunk, sse, text_reply, usag
 from webapp import Agent, InMemorySession, Runner
 from webapp.errors import ModelError
 from webapp.events import (
+    ReasoningDelta,
     RunCancelled,
     RunFailed,
     TextDelta,
@@ -18,7 +19,13 @@ from webapp.events import (
 )
 from webapp.models import OpenAIChatModel
 from webapp.tools import calculator
-from webapp.transcript import AssistantEntry, ToolCallEntry, ToolResultEntry, UserEntry
+from webapp.transcript import (
+    AssistantEntry,
+    ReasoningEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+    UserEntry,
+)
 from webapp.usage import Usage
 
 
@@ -173,3 +180,44 @@ async def test_stop_closes_the_provider_stream_and_keeps_the_partial_text(
     assert await asyncio.to_thread(chat_server.disconnected.wait, 5), (
         "the provider never saw the stream closed, so it would keep generating"
     )
+
+
+async def test_reasoning_streams_as_reasoning_deltas_and_is_not_sent_back(
+    chat_server: ChatServer, chat_model: OpenAIChatModel
+) -> None:
+    chat_server.script += [
+        Reply(
+            body=[
+                chunk({"role": "assistant", "reasoning_content": "The user greets; "}),
+                chunk({"reasoning_content": "greet back."}),
+                chunk({"content": "Hello!"}),
+                chunk({}, "stop"),
+                sse("[DONE]"),
+            ]
+        ),
+        text_reply("Still here."),
+    ]
+    session = InMemorySession()
+    agent = Agent("a", model=chat_model)
+    handle = Runner.stream(agent, "hi", session=session, session_id="s")
+    events = []
+
+    async def drain() -> None:
+        async for event in handle:
+            events.append(event)
+
+    await asyncio.wait_for(drain(), timeout=10)
+    result = await handle.result()
+    assert [e.text for e in events if isinstance(e, ReasoningDelta)] == [
+        "The user greets; ",
+        "greet back.",
+    ]
+    assert ReasoningEntry("The user greets; greet back.") in result.entries
+    assert result.output == "Hello!"
+
+    await asyncio.wait_for(Runner.run(agent, "still there?", session=session, session_id="s"), 10)
+    assert chat_server.received[1].body["messages"] == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "still there?"},
+    ]
