@@ -260,8 +260,15 @@ class SQLiteStore:
                 f"cannot open SQLite database {self.path!r}: directory {folder!r} does not "
                 "exist; create it or choose another path"
             )
+        pending = aiosqlite.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
+        # aiosqlite's worker thread is not a daemon, so a store nobody closed
+        # would hang interpreter exit. Every write that returned has committed,
+        # so letting exit stop the thread loses nothing.
+        thread = getattr(pending, "_thread", None)
+        if thread is not None and not thread.is_alive():
+            thread.daemon = True
         try:
-            db = await aiosqlite.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
+            db = await pending
         except sqlite3.Error as exc:
             raise sqlite3.OperationalError(
                 f"cannot open SQLite database {self.path!r}: {exc}; "
