@@ -1,0 +1,110 @@
+// Small UI behaviour on top of htmx: autoscroll, textarea auto-grow, keyboard, copy buttons.
+// Nothing here is needed to read a chat or post a message; without it the forms still work.
+(function () {
+  "use strict";
+
+  var STICK_PX = 80; // "at the bottom" tolerance: scrolling up further pauses autoscroll
+  var stick = true;
+
+  function messages() { return document.getElementById("messages"); }
+
+  function atBottom(el) {
+    return el.scrollHeight - el.scrollTop - el.clientHeight < STICK_PX;
+  }
+
+  function scrollDown(force) {
+    var el = messages();
+    if (el && (stick || force)) { el.scrollTop = el.scrollHeight; }
+  }
+
+  function grow(area) {
+    area.style.height = "auto";
+    area.style.height = area.scrollHeight + 2 + "px";
+  }
+
+  function growAll(root) {
+    var areas = (root || document).querySelectorAll("textarea[data-autogrow]");
+    for (var i = 0; i < areas.length; i++) { grow(areas[i]); }
+  }
+
+  function copyText(text, button) {
+    function done(ok) {
+      button.textContent = ok ? "Copied" : "Copy failed";
+      setTimeout(function () { button.textContent = "Copy"; }, 1500);
+    }
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(function () { done(true); }, function () { done(false); });
+      return;
+    }
+    var area = document.createElement("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.className = "copy-buffer";
+    document.body.appendChild(area);
+    area.select();
+    var ok = false;
+    try { ok = document.execCommand("copy"); } catch (e) { ok = false; }
+    document.body.removeChild(area);
+    done(ok);
+  }
+
+  function setAlert(text) {
+    var alert = document.getElementById("composer-alert");
+    if (alert) { alert.textContent = text; }
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var el = messages();
+    if (el) {
+      el.addEventListener("scroll", function () { stick = atBottom(el); }, { passive: true });
+    }
+    growAll(document);
+    scrollDown(true);
+  });
+
+  document.addEventListener("input", function (event) {
+    var t = event.target;
+    if (t instanceof HTMLTextAreaElement && t.hasAttribute("data-autogrow")) { grow(t); }
+  });
+
+  document.addEventListener("keydown", function (event) {
+    var t = event.target;
+    if (event.key === "Enter" && !event.shiftKey && !event.altKey && !event.ctrlKey &&
+        !event.metaKey && !event.isComposing && t instanceof HTMLTextAreaElement &&
+        t.hasAttribute("data-enter-sends") && t.form) {
+      event.preventDefault();
+      t.form.requestSubmit();
+      return;
+    }
+    if (event.key === "Escape") {
+      var stop = document.querySelector("form.stop-form button");
+      if (stop) { event.preventDefault(); stop.click(); }
+    }
+  });
+
+  document.addEventListener("click", function (event) {
+    var button = event.target instanceof Element ? event.target.closest("[data-copy-code]") : null;
+    if (!button) { return; }
+    var block = button.closest(".codeblock");
+    var code = block ? block.querySelector("pre code") : null;
+    if (code) { copyText(code.textContent || "", button); }
+  });
+
+  // A message just sent: follow the reply from the bottom again.
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var elt = event.detail && event.detail.elt;
+    if (elt && elt.id === "composer") { stick = true; }
+  });
+
+  document.addEventListener("htmx:afterSettle", function (event) {
+    growAll(event.target instanceof Element ? event.target : document);
+    scrollDown(false);
+  });
+
+  // Streamed text does not settle like a request: follow it as it arrives.
+  document.addEventListener("htmx:sseMessage", function () { scrollDown(false); });
+
+  document.addEventListener("htmx:sendError", function () {
+    setAlert("The server could not be reached. Your text is still in the box; try again.");
+  });
+})();

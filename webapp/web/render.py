@@ -1,0 +1,169 @@
+"""Transcript -> view model: what the templates draw for each message.
+
+A stored segment is one run: its first entry is the user's message (the run's
+input) and the rest is the reply. The reply's text from several model turns
+is shown as one text block (turns joined by a blank line), with tool cards
+and reasoning above it, so a reply always has exactly one ``.content``
+element -- the live stream and the stored transcript render the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+from webapp.stores.session import Segment
+from webapp.transcript import (
+    AssistantEntry,
+    Entry,
+    ReasoningEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+    UserEntry,
+)
+
+ReplyStatus = Literal["streaming", "completed", "stopped", "failed"]
+TURN_SEPARATOR = "\n\n"
+
+
+@dataclass
+class ToolCard:
+    call_id: str
+    name: str
+    arguments: str
+    output: str | None = None  # None while the tool is still running
+    is_error: bool = False
+
+    @property
+    def dom_id(self) -> str:
+        return tool_dom_id(self.call_id)
+
+    @property
+    def pretty_arguments(self) -> str:
+        """Arguments as indented JSON when they parse, else exactly as sent."""
+        try:
+            value = json.loads(self.arguments) if self.arguments.strip() else {}
+        except json.JSONDecodeError:
+            return self.arguments
+        return json.dumps(value, ensure_ascii=False, indent=2)
+
+
+@dataclass
+class ReplyView:
+    """One assistant reply; mutable so a live run can grow it event by event."""
+
+    run_id: str
+    status: ReplyStatus = "streaming"
+    text: str = ""
+    reasoning: str = ""
+    tools: list[ToolCard] = field(default_factory=list)
+    error: str | None = None
+    kind = "assistant"  # for templates: which partial draws this item
+
+    def add_text(self, text: str, *, new_turn: bool) -> str:
+        """Append streamed text; returns what was appended (with a turn break)."""
+        if new_turn and self.text:
+            text = TURN_SEPARATOR + text
+        self.text += text
+        return text
+
+    def add_reasoning(self, text: str, *, new_turn: bool) -> str:
+        if new_turn and self.reasoning:
+            text = TURN_SEPARATOR + text
+        self.reasoning += text
+        return text
+
+    def start_tool(self, call: ToolCallEntry) -> ToolCard:
+        found = self.find_tool(call.call_id)
+        if found is not None:
+            return found
+        card = ToolCard(call.call_id, call.name, call.arguments)
+        self.tools.append(card)
+        return card
+
+    def finish_tool(self, result: ToolResultEntry) -> ToolCard:
+        card = self.find_tool(result.call_id)
+        if card is None:  # a result without its call (not expected): still show it
+            card = ToolCard(result.call_id, "tool", "")
+            self.tools.append(card)
+        card.output, card.is_error = result.output, result.is_error
+        return card
+
+    def find_tool(self, call_id: str) -> ToolCard | None:
+        return next((c for c in self.tools if c.call_id == call_id), None)
+
+
+@dataclass(frozen=True)
+class UserView:
+    run_id: str  # the run whose input this message is: the Edit key
+    text: str
+    kind = "user"
+
+
+ChatItem = Union[UserView, ReplyView]
+
+
+def tool_dom_id(call_id: str) -> str:
+    """An HTML id for a tool card; call ids come from models, so never used raw."""
+    return "tool-" + hashlib.sha1(call_id.encode("utf-8")).hexdigest()[:16]
+
+
+def reply_from_entries(
+    run_id: str, entries: list[Entry], status: ReplyStatus, error: str | None = None
+) -> ReplyView:
+    """A reply from a run's produced entries (its input excluded)."""
+    reply = ReplyView(run_id, status, error=error)
+    texts, reasonings = [], []
+    for entry in entries:
+        if isinstance(entry, AssistantEntry) and entry.text:
+            texts.append(entry.text)
+        elif isinstance(entry, ReasoningEntry) and entry.text:
+            reasonings.append(entry.text)
+        elif isinstance(entry, ToolCallEntry):
+            reply.start_tool(entry)
+        elif isinstance(entry, ToolResultEntry):
+            reply.finish_tool(entry)
+    reply.text = TURN_SEPARATOR.join(texts)
+    reply.reasoning = TURN_SEPARATOR.join(reasonings)
+    return reply
+
+
+def split_run(entries: list[Entry]) -> tuple[UserEntry | None, list[Entry]]:
+    """A run's input message and the rest."""
+    if entries and isinstance(entries[0], UserEntry):
+        return entries[0], list(entries[1:])
+    return None, list(entries)
+
+
+def status_from_meta(meta: dict[str, Any] | None) -> tuple[ReplyStatus, str | None]:
+    """The web app records stopped and failed runs in the segment's meta."""
+    status = (meta or {}).get("status")
+    if status == "stopped":
+        return "stopped", None
+    if status == "failed":
+        error = (meta or {}).get("error")
+        return "failed", str(error) if error else "The run failed."
+    return "completed", None
+
+
+def items_from_segments(segments: list[Segment]) -> list[ChatItem]:
+    """Every message of a chat, in order, from its stored segments."""
+    items: list[ChatItem] = []
+    for seg in segments:
+        user, rest = split_run(seg.entries)
+        if user is not None:
+            items.append(UserView(seg.run_id, user.text))
+        status, error = status_from_meta(seg.meta)
+        if rest or status != "completed" or user is not None:
+            items.append(reply_from_entries(seg.run_id, rest, status, error))
+    return items
+
+
+def title_from_text(text: str, limit: int = 60) -> str:
+    """A chat title from its first message: one line, at most ``limit`` characters."""
+    line = " ".join(text.split())
+    if len(line) <= limit:
+        return line or "New chat"
+    return line[: limit - 1].rstrip() + "…"

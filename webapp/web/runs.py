@@ -1,0 +1,399 @@
+"""Runs owned by the server: one task per run, each with an ordered, numbered event log.
+
+A browser tab only *watches* a run. The run's task consumes the runner's
+events, updates the live reply and appends one record per event (seq, SSE
+event name, HTML fragment) to the run's log. Any number of clients read the
+log by index from any position, so a refresh, a dropped connection or a
+second tab continues with no gap and no duplicate, and closing a tab never
+stops the run.
+
+Every change of a chat's run state happens under that chat's asyncio lock:
+start (send, edit, regenerate), stop, and the final bookkeeping of a run
+(session append for stopped/failed runs, checkpoint delete, clearing
+``active_run_id``). So an action taken right after a stop never races it,
+and a run is never started twice in one chat.
+
+The log's ``done`` record is appended only after the run's outcome is
+durable, so a client that sees the final reply can act on it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from webapp.events import (
+    Event,
+    ReasoningDelta,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    TerminalEvent,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+    TurnEnded,
+)
+from webapp.runtime.agent import Agent
+from webapp.runtime.options import CheckpointOptions
+from webapp.runtime.runner import RunHandle, Runner
+from webapp.stores.checkpoint import Checkpointer
+from webapp.stores.session import Session, new_run_id
+from webapp.transcript import Entry, UserEntry, drop_dangling_tool_calls
+from webapp.web import sse as names
+from webapp.web.chats import ChatStore
+from webapp.web.render import ReplyView, reply_from_entries, split_run
+
+if TYPE_CHECKING:
+    from webapp.web.render import ToolCard
+
+logger = logging.getLogger("webapp.web.runs")
+
+STOP_TIMEOUT = 30.0  # a cancelled run answers within a model chunk or a tool call
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    seq: int  # 1-based position in the run's log
+    event: str  # SSE event name (webapp.web.sse)
+    data: str  # HTML fragment htmx swaps as is
+
+
+@dataclass(frozen=True)
+class Fragments:
+    """How the run task turns its state into HTML (the app passes templates in)."""
+
+    text: Callable[[str], str]
+    tool_card: Callable[[ToolCard, bool], str]  # (card, out_of_band)
+    final_reply: Callable[[str, ReplyView], str]  # (chat_id, reply)
+
+
+@dataclass
+class RunState:
+    """A run as the server shows it: the live reply plus its event log."""
+
+    chat_id: str
+    run_id: str
+    epoch: str  # this process + this attempt: positions of another epoch are stale
+    input_text: str
+    reply: ReplyView
+    records: list[LogRecord] = field(default_factory=list)
+    handle: RunHandle | None = None
+    terminal: asyncio.Future[TerminalEvent] = field(init=False)
+    finished: bool = False  # the outcome is durable and the `done` record is in the log
+    stop_requested: bool = False
+    abandoned: bool = False  # cancelled by shutdown: the checkpoint resumes it next start
+    fresh_text: bool = True  # the next text delta starts a new model turn
+    fresh_reasoning: bool = True
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.terminal = asyncio.get_running_loop().create_future()
+
+    @property
+    def seq(self) -> int:
+        return len(self.records)
+
+    @property
+    def position(self) -> str:
+        """The SSE position ("EPOCH:SEQ") of the reply as it is right now."""
+        return f"{self.epoch}:{self.seq}"
+
+    def append(self, event: str, data: str) -> None:
+        self.records.append(LogRecord(len(self.records) + 1, event, data))
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def wait_beyond(self, seq: int, timeout: float) -> None:
+        """Return once the log is longer than ``seq`` (or the run finished, or timeout)."""
+        if self.seq > seq or self.finished:
+            return
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except TimeoutError:
+            return
+
+
+class RunManager:
+    """Starts, stops, finalizes and recovers the chat app's runs."""
+
+    def __init__(
+        self,
+        *,
+        agent: Agent,
+        session: Session,
+        checkpointer: Checkpointer,
+        chats: ChatStore,
+        fragments: Fragments,
+        redact: Callable[[str], str] = lambda s: s,
+        max_turns: int = 20,
+    ) -> None:
+        self.agent = agent
+        self.session = session
+        self.checkpointer = checkpointer
+        self.chats = chats
+        self.fragments = fragments
+        self.redact = redact
+        self.max_turns = max_turns
+        self._process = uuid.uuid4().hex[:8]
+        self._attempts = itertools.count(1)
+        self._runs: dict[str, RunState] = {}
+        self._latest: dict[str, str] = {}  # chat_id -> run_id of its newest run
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+
+    # --- lookup -----------------------------------------------------------------
+
+    def lock(self, chat_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(chat_id, asyncio.Lock())
+
+    def get(self, run_id: str) -> RunState | None:
+        return self._runs.get(run_id)
+
+    def latest(self, chat_id: str) -> RunState | None:
+        run_id = self._latest.get(chat_id)
+        return self._runs.get(run_id) if run_id else None
+
+    def forget_chat(self, chat_id: str) -> None:
+        run_id = self._latest.pop(chat_id, None)
+        if run_id is not None:
+            self._runs.pop(run_id, None)
+        self._locks.pop(chat_id, None)
+
+    # --- starting -----------------------------------------------------------------
+
+    async def start(
+        self, chat_id: str, text: str, *, client_id: str | None = None, title: str | None = None
+    ) -> RunState:
+        """Start a new run; the caller holds the chat lock and checked none is active."""
+        run_id = new_run_id()
+        await self.chats.begin_run(chat_id, run_id, client_id=client_id, title=title)
+        state = self._new_state(chat_id, run_id, text, ReplyView(run_id))
+        options = CheckpointOptions(
+            self.checkpointer, run_id, if_run_exists="fail", delete_on_success=True
+        )
+        self._launch(state, text, options)
+        return state
+
+    def _new_state(self, chat_id: str, run_id: str, text: str, reply: ReplyView) -> RunState:
+        epoch = f"{self._process}.{next(self._attempts)}"
+        state = RunState(chat_id, run_id, epoch, text, reply)
+        old = self._latest.get(chat_id)
+        if old is not None and old != run_id:
+            self._runs.pop(old, None)  # its clients fall back to the stored reply
+        self._runs[run_id] = state
+        self._latest[chat_id] = run_id
+        return state
+
+    def _launch(self, state: RunState, text: str | list[Entry], options: CheckpointOptions) -> None:
+        state.handle = Runner.stream(
+            self.agent,
+            text,
+            session=self.session,
+            session_id=state.chat_id,
+            checkpoint=options,
+            max_turns=self.max_turns,
+        )
+        task = asyncio.get_running_loop().create_task(
+            self._consume(state), name=f"chat-run-{state.run_id}"
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _consume(self, state: RunState) -> None:
+        """The run's own task: events into the log, then the final bookkeeping."""
+        handle = state.handle
+        if handle is None:
+            raise RuntimeError(f"run {state.run_id} was launched without a handle")
+        async for event in handle:
+            if isinstance(event, (RunCompleted, RunFailed, RunCancelled)):
+                if not state.terminal.done():
+                    state.terminal.set_result(event)
+                break
+            self._apply(state, event)
+        async with self.lock(state.chat_id):
+            await self._finalize(state)
+
+    def _apply(self, state: RunState, event: Event) -> None:
+        reply = state.reply
+        if isinstance(event, TextDelta):
+            added = reply.add_text(event.text, new_turn=state.fresh_text)
+            state.fresh_text = False
+            state.append(names.TEXT, self.fragments.text(added))
+        elif isinstance(event, ReasoningDelta):
+            added = reply.add_reasoning(event.text, new_turn=state.fresh_reasoning)
+            state.fresh_reasoning = False
+            state.append(names.REASONING, self.fragments.text(added))
+        elif isinstance(event, ToolCallStarted):
+            card = reply.start_tool(event.call)
+            state.append(names.TOOL, self.fragments.tool_card(card, False))
+        elif isinstance(event, ToolCallFinished):
+            card = reply.finish_tool(event.result)
+            state.append(names.TOOL, self.fragments.tool_card(card, True))
+        elif isinstance(event, TurnEnded):
+            state.fresh_text = state.fresh_reasoning = True
+
+    # --- the end of a run -------------------------------------------------------------
+
+    async def _finalize(self, state: RunState) -> None:
+        """Make the run's outcome durable, then publish the final reply (chat lock held)."""
+        if state.finished or not state.terminal.done():
+            return
+        event = state.terminal.result()
+        if isinstance(event, RunCancelled) and not state.stop_requested:
+            state.abandoned = True  # server shutdown: the checkpoint resumes it on restart
+            state.finished = True
+            state.append(names.DONE, self.fragments.final_reply(state.chat_id, state.reply))
+            return
+        try:
+            reply = await self._record_outcome(state, event)
+        except Exception as exc:  # the store failed: say so on the reply, keep the run owed
+            logger.exception("run %s: could not record its outcome", state.run_id)
+            reply = state.reply
+            reply.status, reply.error = "failed", f"The reply could not be saved: {exc}"
+        state.reply = reply
+        state.finished = True
+        state.append(names.DONE, self.fragments.final_reply(state.chat_id, reply))
+
+    async def _record_outcome(self, state: RunState, event: TerminalEvent) -> ReplyView:
+        chat_id, run_id = state.chat_id, state.run_id
+        if isinstance(event, RunCompleted):
+            _, produced = split_run(event.result.entries)
+            reply = reply_from_entries(run_id, produced, "completed")
+        else:
+            entries = drop_dangling_tool_calls(event.entries)
+            if not entries or not isinstance(entries[0], UserEntry):
+                # Refused before its first save: keep the user's message anyway.
+                entries = [UserEntry(state.input_text), *entries]
+            if isinstance(event, RunCancelled):
+                meta: dict[str, Any] = {"status": "stopped"}
+            else:
+                meta = {"status": "failed", "error": self.error_text(event.error)}
+            await self.session.append(chat_id, entries, run_id=run_id, meta=meta)
+            await self.checkpointer.delete(run_id)
+            status = "stopped" if isinstance(event, RunCancelled) else "failed"
+            reply = reply_from_entries(run_id, entries[1:], status, meta.get("error"))
+        await self.chats.end_run(chat_id, run_id)
+        return reply
+
+    def error_text(self, error: BaseException) -> str:
+        text = str(error) or type(error).__name__
+        return self.redact(text)
+
+    async def settle(self, chat_id: str) -> None:
+        """Finish the bookkeeping of a run whose terminal event already arrived.
+
+        Called under the chat lock by actions that need the chat idle: a run
+        that ended a moment ago must not make them answer 409.
+        """
+        state = self.latest(chat_id)
+        if state is not None and state.terminal.done() and not state.finished:
+            await self._finalize(state)
+
+    # --- stop -----------------------------------------------------------------------
+
+    async def stop(self, chat_id: str, run_id: str) -> RunState | None:
+        """Stop a run and keep what it produced; a no-op for a run already finished."""
+        async with self.lock(chat_id):
+            state = self._runs.get(run_id)
+            if state is None or state.chat_id != chat_id:
+                chat = await self.chats.get(chat_id)
+                if chat is not None and chat.active_run_id == run_id:
+                    await self.chats.request_stop(chat_id, run_id)
+                    await self._finish_stop_from_checkpoint(chat_id, run_id)
+                return None
+            if state.finished:
+                return state
+            await self.chats.request_stop(chat_id, run_id)
+            state.stop_requested = True
+            if state.handle is not None:
+                state.handle.cancel()
+            try:
+                await asyncio.wait_for(asyncio.shield(state.terminal), STOP_TIMEOUT)
+            except TimeoutError:
+                logger.error("run %s did not stop within %ss", run_id, STOP_TIMEOUT)
+                return state
+            await self._finalize(state)
+            return state
+
+    async def _finish_stop_from_checkpoint(self, chat_id: str, run_id: str) -> None:
+        """A stop that a crash interrupted: store what the checkpoint holds as stopped."""
+        snapshot = await self.checkpointer.load(run_id)
+        if snapshot is not None:
+            entries = drop_dangling_tool_calls(snapshot.entries)
+            if entries:
+                await self.session.append(
+                    chat_id, entries, run_id=run_id, meta={"status": "stopped"}
+                )
+            await self.checkpointer.delete(run_id)
+        await self.chats.end_run(chat_id, run_id)
+
+    async def discard(self, chat_id: str, run_ids: list[str]) -> None:
+        """Delete checkpoints a rewind undid (chat lock held; no run active)."""
+        for run_id in run_ids:
+            await self.checkpointer.delete(run_id)
+
+    # --- start-up and shutdown --------------------------------------------------------
+
+    async def recover(self) -> int:
+        """Resume every run the database says is still owed; returns how many resumed."""
+        resumed = 0
+        for chat in await self.chats.with_active_run():
+            run_id = chat.active_run_id
+            if run_id is None:
+                continue
+            async with self.lock(chat.id):
+                try:
+                    resumed += await self._recover_one(chat.id, run_id, chat.stop_requested_run_id)
+                except Exception:
+                    logger.exception("chat %s: could not recover run %s", chat.id, run_id)
+        return resumed
+
+    async def _recover_one(self, chat_id: str, run_id: str, stop_requested: str | None) -> int:
+        if stop_requested == run_id:
+            await self._finish_stop_from_checkpoint(chat_id, run_id)
+            return 0
+        snapshot = await self.checkpointer.load(run_id)
+        if snapshot is None:
+            await self.chats.end_run(chat_id, run_id)
+            return 0
+        user, produced = split_run(snapshot.entries)
+        if snapshot.status == "failed":
+            entries = drop_dangling_tool_calls(snapshot.entries)
+            error = self.redact(snapshot.head.error or "The run failed.")
+            await self.session.append(
+                chat_id, entries, run_id=run_id, meta={"status": "failed", "error": error}
+            )
+            await self.checkpointer.delete(run_id)
+            await self.chats.end_run(chat_id, run_id)
+            return 0
+        reply = reply_from_entries(run_id, drop_dangling_tool_calls(produced), "streaming")
+        state = self._new_state(chat_id, run_id, user.text if user else "", reply)
+        options = CheckpointOptions(
+            self.checkpointer, run_id, if_run_exists="resume_only", delete_on_success=True
+        )
+        self._launch(state, [], options)
+        logger.info("chat %s: resuming run %s (%s)", chat_id, run_id, snapshot.status)
+        return 1
+
+    async def shutdown(self, timeout: float = 10.0) -> None:
+        """Interrupt every live run; their checkpoints resume them on the next start."""
+        self._closing = True
+        for state in list(self._runs.values()):
+            if state.handle is not None and not state.finished:
+                state.handle.cancel()
+        tasks = list(self._tasks)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            for task in pending:
+                task.cancel()
+
+    @property
+    def live_runs(self) -> list[RunState]:
+        return [s for s in self._runs.values() if not s.finished]

@@ -1,0 +1,133 @@
+"""Access token, cross-origin refusal and security headers, as one ASGI middleware.
+
+- Token: when the app has one (the CLI insists on it for a non-loopback
+  host), every request needs it. Visiting any page with ``?token=...`` sets
+  an HttpOnly, SameSite=Strict cookie and redirects to the same address
+  without the token, so it does not linger in history or logs.
+- Cross-origin: a state-changing request (anything but GET/HEAD/OPTIONS)
+  whose ``Origin`` -- or ``Referer`` when there is no Origin -- names another
+  origin is refused with 403. Requests with neither (curl, tests) pass: a
+  browser always sends Origin on a cross-site POST, which is the attack.
+- Headers: a Content-Security-Policy with no inline script or style, no
+  framing, and same-origin everything, on every response.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from urllib.parse import urlencode, urlsplit
+
+from starlette.datastructures import MutableHeaders
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+COOKIE = "webapp_token"
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+SECURITY_HEADERS = {
+    "content-security-policy": CSP,
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    "x-frame-options": "DENY",
+}
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+ErrorRenderer = Callable[[int, str], str]
+
+
+def _origin_of(url: str) -> str | None:
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.netloc:
+        return None
+    return f"{parts.scheme.lower()}://{parts.netloc.lower()}"
+
+
+def own_origin(request: Request) -> str:
+    host = request.headers.get("host") or request.url.netloc
+    return f"{request.url.scheme}://{host.lower()}"
+
+
+def cross_origin(request: Request) -> str | None:
+    """The foreign origin a state-changing request came from, or None if it is ours."""
+    claimed = request.headers.get("origin")
+    if claimed is None:
+        referer = request.headers.get("referer")
+        if referer is None:
+            return None
+        claimed = _origin_of(referer) or referer
+    if claimed.lower() == own_origin(request):
+        return None
+    return claimed
+
+
+class SecurityMiddleware:
+    def __init__(self, app: ASGIApp, *, token: str | None, render_error: ErrorRenderer) -> None:
+        self.app = app
+        self.token = token
+        self.render_error = render_error
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    headers.setdefault(name, value)
+            await send(message)
+
+        refusal = self._check(Request(scope))
+        if refusal is not None:
+            await refusal(scope, receive, send_with_headers)
+            return
+        await self.app(scope, receive, send_with_headers)
+
+    def _check(self, request: Request) -> Response | None:
+        if self.token is not None:
+            offered = request.query_params.get("token")
+            cookie = request.cookies.get(COOKIE)
+            if offered is not None and _same(offered, self.token):
+                if request.method in ("GET", "HEAD"):
+                    return self._accept_token(request)
+            elif cookie is None or not _same(cookie, self.token):
+                message = (
+                    "This server needs its access token. Open the address the server "
+                    "printed at start-up (it ends in ?token=...), or ask whoever runs it."
+                )
+                return self._error(401, message)
+        if request.method not in SAFE_METHODS:
+            foreign = cross_origin(request)
+            if foreign is not None:
+                message = (
+                    f"Refused: this request came from another site ({foreign}). "
+                    "Use the app's own pages to make changes."
+                )
+                return self._error(403, message)
+        return None
+
+    def _accept_token(self, request: Request) -> Response:
+        query = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+        target = request.url.path + (f"?{urlencode(query)}" if query else "")
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(
+            COOKIE,
+            self.token or "",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/",
+        )
+        return response
+
+    def _error(self, status: int, message: str) -> Response:
+        return HTMLResponse(self.render_error(status, message), status_code=status)
+
+
+def _same(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode("utf-8"), b.encode("utf-8"))

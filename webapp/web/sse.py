@@ -1,0 +1,138 @@
+"""Server-Sent Events: the event names (defined here only) and the run stream endpoint.
+
+Every event's data is an HTML fragment htmx swaps as is, and every event id is
+a position "EPOCH:SEQ" in the run's log. A client resumes from the
+``Last-Event-ID`` header (the browser's own reconnect) or, on a fresh
+connection, from the ``after`` query parameter the page rendered. EPOCH names
+this server process and run attempt, so a position from before a restart is
+recognised as stale: the client gets one ``reset`` event that replaces the
+whole reply with its current state, whose own ``sse-connect`` continues from
+there.
+
+Deliberate divergences from a plain event stream:
+1. A slow client is never given its own queue: it reads the shared log by
+   index, and consecutive text deltas it is behind on are coalesced into one
+   event, so memory per client is constant.
+2. A finished run's stream ends after its ``done`` event, whose fragment is
+   the final rendered reply; the page closes the EventSource on it
+   (``sse-close``). A reconnect to a finished run with nothing left to send
+   gets 204, which tells the browser not to reconnect again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+if TYPE_CHECKING:
+    from webapp.web.context import WebApp
+    from webapp.web.runs import LogRecord, RunState
+
+logger = logging.getLogger("webapp.web.sse")
+
+# Event names: the templates' sse-swap attributes use exactly these.
+TEXT = "text"  # escaped text appended to the reply's .content
+REASONING = "reasoning"  # escaped text appended to the reply's reasoning block
+TOOL = "tool"  # a new tool card, or (out of band) a finished one replacing its card
+DONE = "done"  # the final reply, swapped over the streaming one; the stream ends
+RESET = "reset"  # the whole reply as it is now, after a stale position
+
+COALESCED = (TEXT, REASONING)
+MAX_COALESCE = 512  # records per event, so one event stays a reasonable size
+RETRY_MS = 1000  # how soon a browser reconnects after a dropped stream
+PING_SECONDS = 15
+WAIT_SECONDS = 10.0
+
+
+def parse_position(position: str | None) -> tuple[str | None, int]:
+    """("EPOCH", SEQ) from "EPOCH:SEQ"; anything malformed is (None, 0): a stale position."""
+    if not position:
+        return None, 0
+    epoch, sep, seq = position.rpartition(":")
+    if not sep or not epoch or not seq.isdigit() or len(seq) > 12:
+        return None, 0
+    return epoch, int(seq)
+
+
+def coalesce(records: list[LogRecord], start: int) -> list[tuple[str, str, int]]:
+    """Events to send for ``records[start:]``: (event name, data, seq of its last record)."""
+    out: list[tuple[str, str, int]] = []
+    index = start
+    while index < len(records):
+        record = records[index]
+        parts = [record.data]
+        index += 1
+        if record.event in COALESCED:
+            while (
+                index < len(records)
+                and records[index].event == record.event
+                and len(parts) < MAX_COALESCE
+            ):
+                parts.append(records[index].data)
+                index += 1
+        out.append((record.event, "".join(parts), records[index - 1].seq))
+    return out
+
+
+async def events(request: Request) -> Response:
+    """GET /chats/{chat_id}/runs/{run_id}/events: a run's log as SSE, from any position."""
+    from webapp.web.context import web  # context -> runs -> this module: import late
+
+    app = web(request)
+    chat_id, run_id = request.path_params["chat_id"], request.path_params["run_id"]
+    state = app.runs.get(run_id)
+    if state is None or state.chat_id != chat_id:
+        # Not live in this process (finished earlier, or before a restart).
+        html = await app.stored_reply_html(chat_id, run_id)
+        if html is None:
+            raise HTTPException(404, f"No run {run_id} in this chat.")
+        return EventSourceResponse(_once(DONE, html), ping=PING_SECONDS)
+    position = request.headers.get("last-event-id") or request.query_params.get("after")
+    epoch, seq = parse_position(position)
+    if state.finished and epoch == state.epoch and seq >= state.seq:
+        return Response(status_code=204)  # nothing left: tell the browser to stop
+    return EventSourceResponse(_stream(app, state, epoch, seq), ping=PING_SECONDS)
+
+
+async def _once(event: str, html: str) -> AsyncIterator[ServerSentEvent]:
+    yield ServerSentEvent(html, event=event, retry=RETRY_MS)
+
+
+async def _stream(
+    app: WebApp, state: RunState, epoch: str | None, seq: int
+) -> AsyncIterator[ServerSentEvent]:
+    try:
+        if epoch != state.epoch or seq > state.seq:
+            # Synchronous from here to the yield: the fragment is the reply at this position.
+            position = state.position
+            html = app.live_reply_html(state)
+            yield ServerSentEvent(html, event=RESET, id=position, retry=RETRY_MS)
+            return
+        first = True
+        while True:
+            if state.seq > seq:
+                for event, data, last in coalesce(state.records, seq):
+                    yield ServerSentEvent(
+                        data,
+                        event=event,
+                        id=f"{state.epoch}:{last}",
+                        retry=RETRY_MS if first else None,
+                    )
+                    first = False
+                    seq = last
+                    if event == DONE:
+                        return
+                continue
+            if state.finished:
+                return
+            await state.wait_beyond(seq, WAIT_SECONDS)
+    except asyncio.CancelledError:
+        logger.debug("client left run %s at %s", state.run_id, seq)
+        raise

@@ -1,0 +1,49 @@
+"""Jinja2 set-up: autoescaped templates, `url_for` and Markdown available everywhere.
+
+Fragments are rendered outside any request too (a run's events are rendered
+once, by the run's own task, and sent to every client), so `url_for` here
+builds paths from the app's routes without needing a request.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jinja2
+from starlette.responses import HTMLResponse
+
+from webapp.web.markdown import render_markdown
+
+UrlFor = Callable[..., str]
+
+
+class Templates:
+    """Renders templates by name; one instance per app."""
+
+    def __init__(self, directory: str | os.PathLike[str], url_for: UrlFor) -> None:
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(os.fspath(directory)),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,  # a missing variable is a bug, not blank text
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.globals["url_for"] = url_for
+        self.env.filters["markdown"] = render_markdown
+
+    def render(self, name: str, **context: Any) -> str:
+        return self.env.get_template(name).render(**context)
+
+    def response(
+        self,
+        name: str,
+        *,
+        status_code: int = 200,
+        headers: Mapping[str, str] | None = None,
+        **context: Any,
+    ) -> HTMLResponse:
+        return HTMLResponse(
+            self.render(name, **context), status_code=status_code, headers=dict(headers or {})
+        )

@@ -1,0 +1,1 @@
+"""One module per page family: chats (list, page, rename, delete) and messages (the flows)."""
