@@ -1,0 +1,270 @@
+"""Helpers for the web app's route tests: a tiny HTML tree, SSE parsing, polling."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+
+import httpx
+from starlette.applications import Starlette
+
+from webapp.web.context import WebApp
+
+VOID = {
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
+    "track", "wbr",
+}  # fmt: skip
+
+
+@dataclass
+class Node:
+    tag: str
+    attrs: dict[str, str | None] = field(default_factory=dict)
+    children: list[Node | str] = field(default_factory=list)
+    parent: Node | None = None
+
+    def iter(self) -> Iterator[Node]:
+        for child in self.children:
+            if isinstance(child, Node):
+                yield child
+                yield from child.iter()
+
+    def find_all(self, tag: str | None = None, **attrs: str | bool) -> list[Node]:
+        """Descendants matching ``tag`` and attributes (True: present; str: equal;
+        ``class_``: one of the classes)."""
+        found = []
+        for node in self.iter():
+            if tag is not None and node.tag != tag:
+                continue
+            if all(_matches(node, name, want) for name, want in attrs.items()):
+                found.append(node)
+        return found
+
+    def find(self, tag: str | None = None, **attrs: str | bool) -> Node:
+        found = self.find_all(tag, **attrs)
+        if len(found) != 1:
+            raise AssertionError(f"expected one <{tag} {attrs}>, found {len(found)}")
+        return found[0]
+
+    def text(self) -> str:
+        parts: list[str] = []
+        for child in self.children:
+            parts.append(child if isinstance(child, str) else child.text())
+        return "".join(parts)
+
+    def norm_text(self) -> str:
+        return " ".join(self.text().split())
+
+    def closest(self, **attrs: str | bool) -> Node | None:
+        node = self.parent
+        while node is not None:
+            if all(_matches(node, name, want) for name, want in attrs.items()):
+                return node
+            node = node.parent
+        return None
+
+
+def _matches(node: Node, name: str, want: str | bool) -> bool:
+    if name == "class_":
+        return str(want) in (node.attrs.get("class") or "").split()
+    key = name.replace("_", "-")
+    if want is True:
+        return key in node.attrs
+    if want is False:
+        return key not in node.attrs
+    return node.attrs.get(key) == want
+
+
+class _TreeBuilder(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = Node("#root")
+        self.current = self.root
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        node = Node(tag, dict(attrs), parent=self.current)
+        self.current.children.append(node)
+        if tag not in VOID:
+            self.current = node
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.current.children.append(Node(tag, dict(attrs), parent=self.current))
+
+    def handle_endtag(self, tag: str) -> None:
+        node: Node | None = self.current
+        while node is not None and node.tag != tag:
+            node = node.parent
+        if node is not None and node.parent is not None:
+            self.current = node.parent
+
+    def handle_data(self, data: str) -> None:
+        self.current.children.append(data)
+
+
+def parse_html(text: str) -> Node:
+    builder = _TreeBuilder()
+    builder.feed(text)
+    builder.close()
+    return builder.root
+
+
+# --- the chat page, read the way a user (or a screen reader) would ---------------------
+
+
+def messages(page: Node) -> list[Node]:
+    """Every message element of the page, in order."""
+    return [n for n in page.iter() if n.attrs.get("data-role") in ("user", "assistant")]
+
+
+def replies(page: Node) -> list[Node]:
+    return page.find_all(data_role="assistant")
+
+
+def reply_text(reply: Node) -> str:
+    return reply.find(class_="content").norm_text()
+
+
+def textarea_value(page: Node, label: str) -> str:
+    """The text of the textarea whose <label> says ``label``."""
+    for lab in page.find_all("label"):
+        if lab.norm_text() == label:
+            area = page.find("textarea", id=lab.attrs["for"] or "")
+            return area.text()
+    raise AssertionError(f"no textarea labelled {label!r}")
+
+
+def buttons(page: Node, name: str) -> list[Node]:
+    return [b for b in page.find_all("button") if b.norm_text() == name]
+
+
+def form_of(button: Node) -> Node:
+    node = button.parent
+    while node is not None and node.tag != "form":
+        node = node.parent
+    if node is None:
+        raise AssertionError("button outside any form")
+    return node
+
+
+def hidden_value(page: Node, name: str) -> str:
+    return page.find("input", name=name).attrs["value"] or ""
+
+
+# --- SSE ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SSEvent:
+    event: str
+    data: str
+    id: str | None
+
+
+def parse_sse(body: str) -> list[SSEvent]:
+    events: list[SSEvent] = []
+    for block in body.replace("\r\n", "\n").split("\n\n"):
+        name, data, ident = "message", [], None
+        for line in block.split("\n"):
+            if not line or line.startswith(":"):
+                continue
+            key, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if key == "event":
+                name = value
+            elif key == "data":
+                data.append(value)
+            elif key == "id":
+                ident = value
+        if data:
+            events.append(SSEvent(name, "\n".join(data), ident))
+    return events
+
+
+def text_of_fragments(events: list[SSEvent], name: str = "text") -> str:
+    return "".join(parse_html(e.data).text() for e in events if e.event == name)
+
+
+# --- waiting ----------------------------------------------------------------------------
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "condition"
+) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if await check():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+# --- the app under test ------------------------------------------------------------
+
+HX = {"HX-Request": "true"}
+
+
+@dataclass
+class WebClient:
+    app: Starlette
+    http: httpx.AsyncClient
+    db: Path
+
+    @property
+    def web(self) -> WebApp:
+        found: WebApp = self.app.state.web
+        return found
+
+    async def new_chat(self) -> str:
+        response = await self.http.post("/chats")
+        assert response.status_code == 303, response.text
+        found = re.search(r"/chats/([0-9a-f]{32})$", response.headers["location"])
+        assert found, response.headers["location"]
+        return found.group(1)
+
+    async def send(
+        self, chat_id: str, text: str, *, client_id: str | None = None, htmx: bool = False
+    ) -> httpx.Response:
+        data = {"text": text}
+        if client_id is not None:
+            data["client_id"] = client_id
+        return await self.http.post(
+            f"/chats/{chat_id}/messages", data=data, headers=HX if htmx else None
+        )
+
+    async def page(self, chat_id: str) -> Node:
+        response = await self.http.get(f"/chats/{chat_id}")
+        assert response.status_code == 200, response.text
+        return parse_html(response.text)
+
+    async def active_run(self, chat_id: str) -> str | None:
+        chat = await self.web.chats.get(chat_id)
+        assert chat is not None
+        return chat.active_run_id
+
+    async def wait_idle(self, chat_id: str, timeout: float = 10.0) -> None:
+        async def idle() -> bool:
+            return await self.active_run(chat_id) is None
+
+        await eventually(idle, timeout, f"chat {chat_id} to finish its run")
+
+    async def wait_text(self, chat_id: str, min_chars: int, timeout: float = 10.0) -> str:
+        """Wait until the live reply has streamed at least ``min_chars`` characters."""
+        result = ""
+
+        async def streamed() -> bool:
+            nonlocal result
+            state = self.web.runs.latest(chat_id)
+            result = state.reply.text if state is not None else ""
+            return len(result) >= min_chars
+
+        await eventually(streamed, timeout, f"{min_chars} characters of reply")
+        return result
+
+
+MakeClient = Callable[..., Awaitable["WebClient"]]
