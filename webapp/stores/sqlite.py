@@ -42,7 +42,7 @@ import os
 import sqlite3
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Self, TypeVar
 
@@ -87,8 +87,16 @@ class _Job:
     kind: Literal["read", "write", "close"]
     fn: DbFn | None
     future: asyncio.Future[Any]
+    sql: str | None = None  # a one-statement job: run with ``params`` instead of ``fn``
+    params: Any = ()
     result: Any = None
     error: BaseException | None = None
+
+    async def run(self, db: aiosqlite.Connection) -> None:
+        if self.sql is not None:
+            self.result = list(await db.execute_fetchall(self.sql, self.params))
+        elif self.fn is not None:
+            self.result = await self.fn(db)
 
 
 def is_busy(exc: BaseException) -> bool:
@@ -174,6 +182,18 @@ class SQLiteStore:
         """Run ``fn(db)`` in a committed transaction (maybe shared with other writes)."""
         return await self._submit("write", fn)  # type: ignore[no-any-return]
 
+    async def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> None:
+        """Write one statement, committed like `write`.
+
+        Consecutive ones with the same SQL in a batch share one ``executemany``
+        call, the cheapest way to many small writes such as appends.
+        """
+        await self._submit("write", None, sql, params)
+
+    async def fetchall(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[Any]:
+        """Rows of one query (a single statement reads one consistent state)."""
+        return await self._submit("read", None, sql, params)  # type: ignore[no-any-return]
+
     async def close(self) -> None:
         """Finish queued jobs and close the connection; idempotent, a later job reopens."""
         if self._db is None and not self._jobs:
@@ -188,9 +208,15 @@ class SQLiteStore:
 
     # --- the worker -------------------------------------------------------------
 
-    async def _submit(self, kind: Literal["read", "write", "close"], fn: DbFn | None) -> Any:
+    async def _submit(
+        self,
+        kind: Literal["read", "write", "close"],
+        fn: DbFn | None,
+        sql: str | None = None,
+        params: Any = (),
+    ) -> Any:
         loop = asyncio.get_running_loop()
-        job = _Job(kind, fn, loop.create_future())
+        job = _Job(kind, fn, loop.create_future(), sql, params)
         self._jobs.append(job)
         worker = self._worker
         # A worker left behind by a closed event loop will never run again.
@@ -341,14 +367,27 @@ class SQLiteStore:
     # --- reads ------------------------------------------------------------------
 
     async def _run_read(self, job: _Job) -> None:
-        if job.fn is None:
-            raise TypeError("a read job needs a function")
         try:
             db = await self._connection()
-            # DEFERRED: a read transaction, so several statements see one state.
-            job.result = await self._transaction(db, "BEGIN", job.fn)
+            if job.sql is not None:
+                job.result = await self._retrying(db, job)
+            elif job.fn is not None:
+                # DEFERRED: a read transaction, so several statements see one state.
+                job.result = await self._transaction(db, "BEGIN", job.fn)
         except Exception as exc:  # noqa: BLE001 -- the reader's own error, handed back to it
             job.error = exc
+
+    async def _retrying(self, db: aiosqlite.Connection, job: _Job) -> Any:
+        deadline, tries = time.monotonic() + self.busy_timeout, 0
+        while True:
+            try:
+                await job.run(db)
+                return job.result
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise
+            tries += 1
+            await self._backoff(deadline, "reading", tries)
 
     async def _transaction(self, db: aiosqlite.Connection, begin: str, fn: DbFn) -> Any:
         """Run ``fn`` in its own transaction, retrying lock failures until the deadline."""
@@ -425,38 +464,50 @@ class SQLiteStore:
     ) -> list[_Job]:
         """One pass over the batch inside an open transaction.
 
-        Returns the jobs to run again (all of them, after a rollback, when a
-        write failed on the fast path) or ``[]`` once the batch is settled.
+        Returns the jobs to run again, each in its own savepoint (after a
+        rollback, when a write failed), or ``[]`` once the batch is settled.
         Raises `_Retry` after rolling back because of a lock.
         """
         for job in jobs:
             job.error, job.result = None, None
-            if isolate:
-                await db.execute("SAVEPOINT write")
+        if isolate:
+            return await self._isolated_pass(db, jobs)
+        index = 0
+        while index < len(jobs):
+            group = _same_statement(jobs, index)
             try:
-                job.result = await job.fn(db)  # type: ignore[misc]
+                if len(group) > 1:
+                    await db.executemany(group[0].sql, [j.params for j in group])  # type: ignore[arg-type]
+                else:
+                    await group[0].run(db)
             except Exception as exc:
-                if is_busy(exc) or not db.in_transaction:
-                    # A lock, or SQLite rolled the whole transaction back
-                    # itself: nothing committed, so the batch may run again.
+                await self._rollback(db)
+                if is_busy(exc):
+                    raise _Retry from exc
+                if len(jobs) == 1:
+                    jobs[0].error = exc
+                    return []
+                return jobs
+            index += len(group)
+        await self._commit(db, jobs)
+        return []
+
+    async def _isolated_pass(self, db: aiosqlite.Connection, jobs: list[_Job]) -> list[_Job]:
+        for job in jobs:
+            await db.execute("SAVEPOINT write")
+            try:
+                await job.run(db)
+            except Exception as exc:
+                if is_busy(exc):
                     await self._rollback(db)
-                    if is_busy(exc):
-                        raise _Retry from exc
-                    job.error = exc
-                    return [j for j in jobs if j is not job]
-                if not isolate:
-                    if len(jobs) == 1:
-                        await self._rollback(db)
-                        job.error = exc
-                        return []
-                    await self._rollback(db)
-                    return jobs
-                await db.execute("ROLLBACK TO write")
-                await db.execute("RELEASE write")
+                    raise _Retry from exc
                 job.error = exc
-                continue
-            if isolate:
-                await db.execute("RELEASE write")
+                if not db.in_transaction:
+                    # SQLite rolled the whole transaction back itself: nothing
+                    # committed, so the others may simply run again.
+                    return [j for j in jobs if j is not job]
+                await db.execute("ROLLBACK TO write")
+            await db.execute("RELEASE write")
         await self._commit(db, jobs)
         return []
 
@@ -480,6 +531,16 @@ class SQLiteStore:
     async def _rollback(db: aiosqlite.Connection) -> None:
         if db.in_transaction:
             await db.execute("ROLLBACK")
+
+
+def _same_statement(jobs: list[_Job], start: int) -> list[_Job]:
+    """The run of jobs from ``start`` that share one SQL statement (at least one job)."""
+    first = jobs[start]
+    end = start + 1
+    if first.sql is not None:
+        while end < len(jobs) and jobs[end].sql == first.sql:
+            end += 1
+    return jobs[start:end]
 
 
 def _commit_message(path: str, exc: BaseException) -> str:

@@ -105,29 +105,19 @@ class SQLiteSession:
     # --- the Session protocol ---------------------------------------------------
 
     async def segments(self, session_id: str) -> list[Segment]:
-        async def query(db: aiosqlite.Connection) -> list[Any]:
-            return list(
-                await db.execute_fetchall(
-                    "SELECT seq, run_id, entries_json, meta_json FROM session_segments "
-                    "WHERE session_id = ? ORDER BY seq",
-                    (session_id,),
-                )
-            )
-
-        rows = await self._store.read(query)
+        rows = await self._store.fetchall(
+            "SELECT seq, run_id, entries_json, meta_json FROM session_segments "
+            "WHERE session_id = ? ORDER BY seq",
+            (session_id,),
+        )
         return [_segment(session_id, *row) for row in rows]
 
     async def load(self, session_id: str) -> list[Entry]:
-        async def query(db: aiosqlite.Connection) -> list[Any]:
-            return list(
-                await db.execute_fetchall(
-                    "SELECT seq, run_id, entries_json FROM session_segments "
-                    "WHERE session_id = ? ORDER BY seq",
-                    (session_id,),
-                )
-            )
-
-        rows = await self._store.read(query)
+        rows = await self._store.fetchall(
+            "SELECT seq, run_id, entries_json FROM session_segments "
+            "WHERE session_id = ? ORDER BY seq",
+            (session_id,),
+        )
         out: list[Entry] = []
         for seq, run_id, entries_json in rows:
             out.extend(_decode_entries(session_id, seq, run_id, entries_json))
@@ -150,18 +140,14 @@ class SQLiteSession:
             "entries": _encode_entries(entries),
             "meta": _encode_meta(meta),
         }
-
-        async def insert(db: aiosqlite.Connection) -> None:
-            await db.execute(_APPEND, params)
-
-        await self._store.write(insert)
+        # One statement: concurrent appends share one executemany per batch.
+        await self._store.execute(_APPEND, params)
         return run_id
 
     async def clear(self, session_id: str) -> None:
-        async def delete(db: aiosqlite.Connection) -> None:
-            await db.execute("DELETE FROM session_segments WHERE session_id = ?", (session_id,))
-
-        await self._store.write(delete)
+        await self._store.execute(
+            "DELETE FROM session_segments WHERE session_id = ?", (session_id,)
+        )
 
     # --- maintenance --------------------------------------------------------------
 
