@@ -262,3 +262,18 @@ def test_a_store_keeps_working_in_a_new_event_loop(tmp_path: Path) -> None:
             await store.close()
 
     assert asyncio.run(second()) == ["first loop", "second loop"]
+
+
+async def test_one_bad_statement_in_a_shared_executemany_fails_alone(store: SQLiteStore) -> None:
+    release, blocker = await hold_writer(store)
+    sql = "INSERT INTO items (name, note) VALUES (?, ?)"
+    names_in = [f"n{i}" for i in range(6)] + ["n2"] + [f"n{i}" for i in range(6, 9)]
+    tasks = [asyncio.ensure_future(store.execute(sql, (n, "note"))) for n in names_in]
+    await asyncio.sleep(0.05)
+    release.set()
+    await blocker
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(results[6], sqlite3.IntegrityError)
+    assert results[:6] + results[7:] == [None] * 9
+    assert await names(store) == ["blocker"] + [f"n{i}" for i in range(9)]
+    assert await store.fetchall("SELECT count(*) FROM items WHERE note = ?", ("note",)) == [(9,)]
