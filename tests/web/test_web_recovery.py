@@ -1,0 +1,200 @@
+"""Start-up recovery: every run the database says is owed is resumed, finished or cleared."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import httpx
+from webhelpers import MakeClient, eventually, parse_html, replies
+
+from webapp.models import ScriptedModel
+from webapp.stores.checkpoint import RunHead
+from webapp.stores.sqlite_checkpoint import SQLiteCheckpointer
+from webapp.stores.sqlite_session import SQLiteSession
+from webapp.transcript import (
+    AssistantEntry,
+    Entry,
+    ToolCallEntry,
+    ToolResultEntry,
+    UserEntry,
+)
+from webapp.web import create_app
+from webapp.web.chats import ChatStore
+
+RUN = "0f" * 16
+
+
+async def leave_behind(
+    db: Path,
+    entries: list[Entry],
+    status: str = "running",
+    *,
+    stop_requested: bool = False,
+    error: str | None = None,
+    checkpoint: bool = True,
+) -> str:
+    """What a server killed mid-run leaves in the file; returns the chat id."""
+    chats = ChatStore(db)
+    cp = SQLiteCheckpointer(db, wal=True)
+    try:
+        chat = await chats.create("crashed chat")
+        await chats.begin_run(chat.id, RUN)
+        if stop_requested:
+            await chats.request_stop(chat.id, RUN)
+        if checkpoint:
+            head = RunHead("assistant", turns=1, status=status, error=error, session_id=chat.id)  # type: ignore[arg-type]
+            await cp.append(RUN, entries, head)
+    finally:
+        await chats.close()
+        await cp.close()
+    return chat.id
+
+
+async def test_a_running_checkpoint_is_resumed_and_completes(
+    web_client_factory: MakeClient, tmp_path: Path
+):
+    db = tmp_path / "chat.db"
+    chat_id = await leave_behind(db, [UserEntry("count please")])
+    model = ScriptedModel(["one two three four five six"], chunk_delay=0.05)
+    client = await web_client_factory(db=db, model=model)
+    # The chat shows it streaming under the same run id ...
+    page = await client.page(chat_id)
+    reply = replies(page)[0]
+    assert reply.attrs["data-run-id"] == RUN
+    assert reply.attrs["data-status"] == "streaming"
+    assert len(page.find_all(data_role="user")) == 1
+    # ... and it completes into exactly one segment under that id.
+    await client.wait_idle(chat_id)
+    segments = await client.web.session.segments(chat_id)
+    assert len(segments) == 1
+    assert segments[0].run_id == RUN
+    assert segments[0].entries == [
+        UserEntry("count please"),
+        AssistantEntry("one two three four five six"),
+    ]
+    assert await client.web.checkpointer.load(RUN) is None
+    assert model.requests == [[UserEntry("count please")]]
+    reply = replies(await client.page(chat_id))[0]
+    assert reply.attrs["data-status"] == "completed"
+
+
+async def test_resume_reruns_a_tool_call_left_without_result(
+    web_client_factory: MakeClient, tmp_path: Path
+):
+    db = tmp_path / "chat.db"
+    call = ToolCallEntry("call_1", "calculator", '{"expression": "12*(3+4)"}')
+    chat_id = await leave_behind(db, [UserEntry("what is 12*(3+4)?"), call])
+    client = await web_client_factory(db=db, model=ScriptedModel(["It is 84."]))
+    await client.wait_idle(chat_id)
+    entries = (await client.web.session.segments(chat_id))[0].entries
+    assert entries == [
+        UserEntry("what is 12*(3+4)?"),
+        call,
+        ToolResultEntry("call_1", "84"),
+        AssistantEntry("It is 84."),
+    ]
+    card = replies(await client.page(chat_id))[0].find(data_role="tool")
+    assert card.find(class_="tool-result").text() == "84"
+
+
+async def test_a_stop_interrupted_by_a_crash_is_finished(
+    web_client_factory: MakeClient, tmp_path: Path
+):
+    db = tmp_path / "chat.db"
+    call = ToolCallEntry("call_1", "calculator", '{"expression": "1+1"}')
+    entries: list[Entry] = [UserEntry("hi"), AssistantEntry("partial"), call]
+    chat_id = await leave_behind(db, entries, "interrupted", stop_requested=True)
+    model = ScriptedModel([])  # must not be called: the user stopped this run
+    client = await web_client_factory(db=db, model=model)
+    segments = await client.web.session.segments(chat_id)
+    assert len(segments) == 1
+    assert segments[0].run_id == RUN
+    assert segments[0].meta == {"status": "stopped"}
+    assert segments[0].entries == [UserEntry("hi"), AssistantEntry("partial")]
+    assert await client.web.checkpointer.load(RUN) is None
+    assert await client.active_run(chat_id) is None
+    assert model.requests == []
+    reply = replies(await client.page(chat_id))[0]
+    assert reply.attrs["data-status"] == "stopped"
+
+
+async def test_a_failed_checkpoint_is_recorded_as_failed(
+    web_client_factory: MakeClient, tmp_path: Path
+):
+    db = tmp_path / "chat.db"
+    chat_id = await leave_behind(db, [UserEntry("hi")], "failed", error="ModelError: boom")
+    client = await web_client_factory(db=db, model=ScriptedModel([]))
+    segments = await client.web.session.segments(chat_id)
+    assert segments[0].entries == [UserEntry("hi")]
+    assert segments[0].meta == {"status": "failed", "error": "ModelError: boom"}
+    assert await client.active_run(chat_id) is None
+    reply = replies(await client.page(chat_id))[0]
+    assert reply.attrs["data-status"] == "failed"
+    assert "boom" in reply.find(role="alert").norm_text()
+
+
+async def test_a_missing_checkpoint_clears_the_run(web_client_factory: MakeClient, tmp_path: Path):
+    db = tmp_path / "chat.db"
+    chat_id = await leave_behind(db, [], checkpoint=False)
+    client = await web_client_factory(db=db, model=ScriptedModel([]))
+    assert await client.active_run(chat_id) is None
+    assert await client.web.session.segments(chat_id) == []
+
+
+async def test_a_completed_checkpoint_is_replayed_into_the_session(
+    web_client_factory: MakeClient, tmp_path: Path
+):
+    db = tmp_path / "chat.db"
+    entries: list[Entry] = [UserEntry("hi"), AssistantEntry("done before the crash")]
+    chat_id = await leave_behind(db, entries, "completed")
+    model = ScriptedModel([])
+    client = await web_client_factory(db=db, model=model)
+    await client.wait_idle(chat_id)
+    segments = await client.web.session.segments(chat_id)
+    assert [(s.run_id, s.entries) for s in segments] == [(RUN, entries)]
+    assert model.requests == []
+
+
+async def test_shutdown_mid_run_resumes_on_the_next_start(tmp_path: Path):
+    db = tmp_path / "chat.db"
+    words = " ".join(f"w{i}" for i in range(40))
+    first = create_app(db, model=ScriptedModel([words], chunk_delay=0.02))
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(first.router.lifespan_context(first))
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=first), base_url="http://t")
+        await stack.enter_async_context(http)
+        chat_id = (await http.post("/chats")).headers["location"].rsplit("/", 1)[1]
+        await http.post(f"/chats/{chat_id}/messages", data={"text": "talk"})
+
+        async def streaming() -> bool:
+            state = first.state.web.runs.latest(chat_id)
+            return state is not None and len(state.reply.text) > 5
+
+        await eventually(streaming, 10, "the reply to stream")
+        run_id = first.state.web.runs.latest(chat_id).run_id
+    # The server went away mid-run: nothing was written as finished, the run is owed.
+    session = SQLiteSession(db, wal=True)
+    cp = SQLiteCheckpointer(db, wal=True)
+    assert await session.segments(chat_id) == []
+    snapshot = await cp.load(run_id)
+    assert snapshot is not None and snapshot.status == "interrupted"
+    await session.close()
+    await cp.close()
+    second = create_app(db, model=ScriptedModel([words]))
+    async with second.router.lifespan_context(second):
+        web = second.state.web
+
+        async def idle() -> bool:
+            chat = await web.chats.get(chat_id)
+            return chat is not None and chat.active_run_id is None
+
+        await eventually(idle, 10, "the resumed run to finish")
+        segments = await web.session.segments(chat_id)
+        assert [(s.run_id, s.entries) for s in segments] == [
+            (run_id, [UserEntry("talk"), AssistantEntry(words)])
+        ]
+        transport = httpx.ASGITransport(app=second)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            page = parse_html((await http.get(f"/chats/{chat_id}")).text)
+        assert len(page.find_all(data_role="assistant")) == 1

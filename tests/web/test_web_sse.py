@@ -1,0 +1,194 @@
+"""The SSE endpoint: resumable from any position, no gap, no duplicate; reset after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from webhelpers import (
+    MakeClient,
+    SSEvent,
+    eventually,
+    parse_html,
+    parse_sse,
+    replies,
+    text_of_fragments,
+)
+
+from webapp.models import ScriptedModel
+from webapp.web import create_app
+from webapp.web.runs import LogRecord
+from webapp.web.sse import coalesce, parse_position
+
+NUMBERS = " ".join(str(i) for i in range(1, 61))
+
+
+def test_parse_position():
+    assert parse_position("abc.1:42") == ("abc.1", 42)
+    assert parse_position("a:b:7") == ("a:b", 7)
+    for bad in (None, "", "42", ":3", "x:", "x:-1", "x:1e3", "x:" + "9" * 13):
+        assert parse_position(bad) == (None, 0), bad
+
+
+def test_coalesce_merges_consecutive_text_only():
+    records = [
+        LogRecord(1, "text", "a"),
+        LogRecord(2, "text", "b"),
+        LogRecord(3, "tool", "T"),
+        LogRecord(4, "text", "c"),
+        LogRecord(5, "reasoning", "r"),
+        LogRecord(6, "reasoning", "s"),
+        LogRecord(7, "done", "D"),
+    ]
+    assert coalesce(records, 0) == [
+        ("text", "ab", 2),
+        ("tool", "T", 3),
+        ("text", "c", 4),
+        ("reasoning", "rs", 6),
+        ("done", "D", 7),
+    ]
+    assert coalesce(records, 1) == [("text", "b", 2), *coalesce(records, 0)[1:]]
+    assert coalesce(records, 7) == []
+
+
+async def test_resume_from_last_event_id_has_no_gap_and_no_duplicate(
+    web_client_factory: MakeClient,
+):
+    client = await web_client_factory(model=ScriptedModel([NUMBERS]))
+    chat_id = await client.new_chat()
+    await client.send(chat_id, "count")
+    await client.wait_idle(chat_id)
+    state = client.web.runs.latest(chat_id)
+    assert state is not None and state.finished
+    url = f"/chats/{chat_id}/runs/{state.run_id}/events"
+    for k in (0, 1, 17, 59):
+        seen = "".join(parse_html(r.data).text() for r in state.records[:k] if r.event == "text")
+        response = await client.http.get(url, headers={"Last-Event-ID": f"{state.epoch}:{k}"})
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = parse_sse(response.text)
+        assert seen + text_of_fragments(events) == NUMBERS, k
+        assert [e.event for e in events] == ["text", "done"]  # consecutive deltas coalesced
+        assert events[-1].id == f"{state.epoch}:{state.seq}"
+        final = parse_html(events[-1].data).find(data_role="assistant")
+        assert final.attrs["data-status"] == "completed"
+        # The query parameter the page rendered works the same on a fresh connection.
+        again = await client.http.get(url, params={"after": f"{state.epoch}:{k}"})
+        assert parse_sse(again.text) == events
+    # Nothing left to send for a finished run: 204 tells the browser not to reconnect.
+    done = await client.http.get(url, headers={"Last-Event-ID": f"{state.epoch}:{state.seq}"})
+    assert done.status_code == 204
+
+
+async def test_stale_position_gets_one_reset_with_the_current_reply(
+    web_client_factory: MakeClient,
+):
+    client = await web_client_factory(model=ScriptedModel([NUMBERS]))
+    chat_id = await client.new_chat()
+    await client.send(chat_id, "count")
+    await client.wait_idle(chat_id)
+    state = client.web.runs.latest(chat_id)
+    assert state is not None
+    url = f"/chats/{chat_id}/runs/{state.run_id}/events"
+    for stale in ("an-old-process.1:12", "garbage", None):
+        headers = {"Last-Event-ID": stale} if stale else {}
+        events = parse_sse((await client.http.get(url, headers=headers)).text)
+        assert [e.event for e in events] == ["reset"]
+        reply = parse_html(events[0].data).find(data_role="assistant")
+        assert reply.attrs["data-run-id"] == state.run_id
+        assert " ".join(reply.find(class_="content").text().split()) == NUMBERS
+
+
+async def test_a_run_from_before_a_restart_streams_its_stored_reply(
+    web_client_factory: MakeClient, tmp_path: Path
+):
+    first = await web_client_factory(model=ScriptedModel(["stored words"]))
+    chat_id = await first.new_chat()
+    await first.send(chat_id, "hi")
+    await first.wait_idle(chat_id)
+    run_id = (await first.web.session.segments(chat_id))[0].run_id
+    second = await web_client_factory(model=ScriptedModel([]))  # same file, new process state
+    response = await second.http.get(
+        f"/chats/{chat_id}/runs/{run_id}/events", headers={"Last-Event-ID": "old.1:3"}
+    )
+    events = parse_sse(response.text)
+    assert [e.event for e in events] == ["done"]
+    reply = parse_html(events[0].data).find(data_role="assistant")
+    assert reply.find(class_="content").norm_text() == "stored words"
+
+
+@contextlib.asynccontextmanager
+async def serve(app: Starlette) -> AsyncIterator[str]:
+    """The app under a real uvicorn server on 127.0.0.1 (an ephemeral port)."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+
+    async def started() -> bool:
+        if task.done():
+            task.result()
+        return server.started
+
+    await eventually(started, 10, "uvicorn to start")
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+
+
+async def read_events(
+    http: httpx.AsyncClient, url: str, headers: dict[str, str], limit: int | None
+) -> list[SSEvent]:
+    """Read events from a live stream; stop after ``limit`` events (then drop the connection)."""
+    events: list[SSEvent] = []
+    buffer = ""
+    async with http.stream("GET", url, headers=headers) as response:
+        assert response.status_code == 200
+        async for chunk in response.aiter_text():
+            buffer += chunk
+            while "\n\n" in buffer.replace("\r\n", "\n"):
+                normal = buffer.replace("\r\n", "\n")
+                block, buffer = normal.split("\n\n", 1)
+                events.extend(parse_sse(block + "\n\n"))
+                if limit is not None and len(events) >= limit:
+                    return events
+                if events and events[-1].event == "done":
+                    return events
+    return events
+
+
+async def test_live_stream_survives_a_reload_and_a_dropped_connection(tmp_path: Path):
+    app = create_app(tmp_path / "chat.db", model=ScriptedModel([NUMBERS], chunk_delay=0.03))
+    async with serve(app) as base, httpx.AsyncClient(base_url=base, timeout=10) as http:
+        created = await http.post("/chats")
+        chat_id = created.headers["location"].rsplit("/", 1)[1]
+        await http.post(f"/chats/{chat_id}/messages", data={"text": "count"})
+        await asyncio.sleep(0.3)
+        # A reload mid-stream: the page shows the reply as it is at position N ...
+        page = parse_html((await http.get(f"/chats/{chat_id}")).text)
+        reply = replies(page)[0]
+        assert reply.attrs["data-status"] == "streaming"
+        shown = reply.find(class_="content").text()
+        assert shown and NUMBERS.startswith(shown) and shown != NUMBERS
+        connect = reply.attrs["sse-connect"] or ""
+        # ... and its stream continues from N: a few events, then the connection drops ...
+        first = await read_events(http, connect, {}, limit=3)
+        assert [e.event for e in first] == ["text"] * 3
+        # ... and the browser reconnects with Last-Event-ID, up to the final reply.
+        rest = await read_events(http, connect, {"Last-Event-ID": first[-1].id or ""}, None)
+        assert rest[-1].event == "done"
+        streamed = shown + text_of_fragments(first) + text_of_fragments(rest)
+        assert streamed == NUMBERS  # no gap, no duplicate
+        ids = [int((e.id or "x:0").rsplit(":", 1)[1]) for e in first + rest]
+        assert ids == sorted(set(ids))
+        # A second tab from the start of the log sees everything exactly once, too.
+        state = app.state.web.runs.latest(chat_id)
+        tab = await read_events(http, connect, {"Last-Event-ID": f"{state.epoch}:0"}, None)
+        assert text_of_fragments(tab) == NUMBERS
