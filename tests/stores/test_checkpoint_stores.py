@@ -100,3 +100,14 @@ async def test_many_runs_saved_concurrently(checkpointer: Any) -> None:
         snap = await checkpointer.load(f"run-{n}")
         assert snap.entries == [AssistantEntry(f"{n}.{t}") for t in range(8)]
         assert snap.head.turns == 7
+
+
+async def test_saved_data_is_a_copy_of_the_callers_objects(checkpointer: Any) -> None:
+    state: dict[str, Any] = {"k": [1]}
+    entries = [UserEntry("hi")]
+    await checkpointer.append("run", entries, head(context_state=state))
+    state["k"].append(2)
+    entries.append(UserEntry("added later"))
+    snap = await checkpointer.load("run")
+    assert snap.head.context_state == {"k": [1]}
+    assert snap.entries == [UserEntry("hi")]

@@ -81,7 +81,9 @@ class InMemoryCheckpointer:
         stored = self._runs.get(run_id)
         saved = stored[0] if stored else []
         saved.extend(entries)
-        self._runs[run_id] = (saved, head)
+        # A copy, so a caller mutating its head (context_state) later cannot
+        # change what was saved -- the SQLite store behaves the same way.
+        self._runs[run_id] = (saved, RunHead.from_dict(head.to_dict()))
 
     async def load(self, run_id: str) -> RunSnapshot | None:
         stored = self._runs.get(run_id)
