@@ -22,6 +22,13 @@ def is_loopback(host: str) -> bool:
         return False  # a name we cannot vouch for: treat it as reachable from outside
 
 
+def resolve_token(host: str, token: str | None) -> str | None:
+    """The access token to require: the one given, or a new one for a non-loopback host."""
+    if token:
+        return token
+    return None if is_loopback(host) else secrets.token_urlsafe(24)
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     env = os.environ.get
     parser = argparse.ArgumentParser(
@@ -83,9 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"webapp: {exc}", file=sys.stderr)
         return 2
-    token = args.token or None
-    if token is None and not is_loopback(args.host):
-        token = secrets.token_urlsafe(24)
+    token = resolve_token(args.host, args.token)
     try:
         app = create_app(args.db, model=model, token=token, redact=[args.api_key or ""])
     except ValueError as exc:

@@ -1,0 +1,114 @@
+"""The CLI: `python -m webapp` serves the app and says where; tokens for non-loopback hosts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from webapp.__main__ import is_loopback, parse_args, resolve_token
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_loopback_detection_and_tokens():
+    for host in ("127.0.0.1", "127.8.9.1", "::1", "[::1]", "localhost"):
+        assert is_loopback(host), host
+        assert resolve_token(host, None) is None
+    for host in ("0.0.0.0", "192.168.1.10", "::", "example.com"):
+        assert not is_loopback(host), host
+        token = resolve_token(host, None)
+        assert token is not None and len(token) >= 24
+        assert resolve_token(host, None) != token  # generated, not fixed
+    assert resolve_token("0.0.0.0", "given-token") == "given-token"
+    assert resolve_token("127.0.0.1", "given-token") == "given-token"
+
+
+def test_flags_fall_back_to_the_environment(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("WEBAPP_DB", "/tmp/from-env.db")
+    monkeypatch.setenv("WEBAPP_MODEL", "m1")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "k1")
+    monkeypatch.setenv("WEBAPP_TOKEN", "t1-token")
+    args = parse_args([])
+    assert (args.db, args.model, args.base_url, args.api_key, args.token) == (
+        "/tmp/from-env.db", "m1", "http://127.0.0.1:9/v1", "k1", "t1-token",
+    )  # fmt: skip
+    assert (args.host, args.port, args.offline_delay) == ("127.0.0.1", 8000, 0.02)
+    args = parse_args(["--db", "x.db", "--model", "m2", "--port", "9"])
+    assert (args.db, args.model, args.port) == ("x.db", "m2", 9)
+    for name in ("WEBAPP_DB", "WEBAPP_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name)
+    assert parse_args([]).db == "chat.db"
+
+
+def test_python_m_webapp_serves_and_prints_one_line(tmp_path: Path):
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "WEBAPP_TOKEN", "WEBAPP_MODEL", "WEBAPP_DB"):
+        env.pop(name, None)
+    db = tmp_path / "chat.db"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "webapp", "--port", str(port), "--db", str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line == f"webapp: serving http://127.0.0.1:{port} (offline model, db {db})"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        assert response.status_code == 200
+        assert "offline model" in response.text
+        assert db.exists()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+    # uvicorn shuts down gracefully, then re-raises the signal it caught.
+    stderr = proc.stderr.read() if proc.stderr else ""
+    assert proc.returncode in (0, -signal.SIGTERM), stderr
+    assert "Traceback" not in stderr, stderr
+
+
+def test_bad_settings_exit_with_a_message(tmp_path: Path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("WEBAPP_MODEL", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "webapp", "--base-url", "http://127.0.0.1:9/v1", "--db", "x.db"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    assert "--model" in result.stderr

@@ -1,0 +1,143 @@
+"""Safety: token (401), cross-origin refusal (403), CSP headers, inert hostile Markdown."""
+
+from __future__ import annotations
+
+from webhelpers import MakeClient, parse_html, replies
+
+from webapp.models import ScriptedModel
+from webapp.web.markdown import render_markdown
+from webapp.web.security import CSP
+
+TOKEN = "s3cret-token-value"
+
+HOSTILE = """<script>window.__pwned=1</script>
+<img src=x onerror="window.__pwned=1">
+[click](javascript:window.__pwned=1) [tab](java\tscript:alert(1)) [data](data:text/html,x)
+[vb](VBScript:msgbox) ![pic](http://evil.example/t.png) <b>raw bold</b>
+<a href="http://evil.example" onclick="x()">link</a>
+```html
+<script>alert(1)</script>
+```
+[ok](https://example.com/a?b=1) [rel](/chats) [mail](mailto:a@example.com)
+"""
+
+
+def assert_inert(root) -> None:  # type: ignore[no-untyped-def]
+    """No script, no event handler, no dangerous link, no raw tag from the text."""
+    for node in root.iter():
+        assert node.tag not in ("script", "img", "iframe", "b", "object", "embed"), node.tag
+        assert not any(name.startswith("on") for name in node.attrs), node.attrs
+        if node.tag == "a":
+            href = (node.attrs.get("href") or "").strip().lower()
+            assert href.startswith(("http:", "https:", "mailto:", "/")), href
+            assert node.attrs["rel"] == "noopener noreferrer nofollow"
+
+
+def test_hostile_markdown_is_inert_and_visible_as_text():
+    root = parse_html(str(render_markdown(HOSTILE)))
+    assert_inert(root)
+    text = root.text()
+    assert "<script>window.__pwned=1</script>" in text
+    assert "<b>raw bold</b>" in text
+    assert "[click](javascript:window.__pwned=1)" in text
+    hrefs = [a.attrs["href"] for a in root.find_all("a")]
+    assert hrefs == [
+        "http://evil.example/t.png",  # an image becomes a plain link (no remote images)
+        "https://example.com/a?b=1",
+        "/chats",
+        "mailto:a@example.com",
+    ]
+
+
+def test_code_blocks_are_highlighted_with_a_copy_button():
+    root = parse_html(str(render_markdown("```python\nprint('<hi>')\n```")))
+    block = root.find(class_="codeblock")
+    assert block.find(class_="lang").text() == "python"
+    assert block.find("button").norm_text() == "Copy"
+    code = block.find("code")
+    assert code.text() == "print('<hi>')\n"
+    assert code.find_all("span", class_="nb")  # Pygments token classes
+    # An unknown or hostile language name is not trusted.
+    odd = parse_html(str(render_markdown('```"><script>\nx\n```')))
+    assert odd.find(class_="lang").text() == ""
+    assert_inert(odd)
+
+
+async def test_hostile_user_and_model_text_render_inert(web_client_factory: MakeClient):
+    client = await web_client_factory(model=ScriptedModel([HOSTILE]))
+    chat_id = await client.new_chat()
+    await client.send(chat_id, HOSTILE)
+    await client.wait_idle(chat_id)
+    response = await client.http.get(f"/chats/{chat_id}")
+    page = parse_html(response.text)
+    for message in page.find_all(data_role=True):
+        assert_inert(message)
+    assert all(s.attrs.get("src") for s in page.find_all("script"))  # no inline script
+    assert not [n for n in page.iter() if "style" in n.attrs]  # CSP: no inline styles
+    user = page.find(data_role="user").find(class_="content").text()
+    assert user == HOSTILE.replace("\r\n", "\n")
+    reply = replies(page)[0]
+    assert "<script>window.__pwned=1</script>" in reply.find(class_="content").text()
+    # The title (from the first message) is escaped text too.
+    assert "<script>" in page.find("title").text()
+
+
+async def test_security_headers_on_every_response(web_client_factory: MakeClient):
+    client = await web_client_factory(model=ScriptedModel([]))
+    chat_id = await client.new_chat()
+    for path in ("/", f"/chats/{chat_id}", "/static/app.js", "/chats/unknown"):
+        response = await client.http.get(path)
+        assert response.headers["content-security-policy"] == CSP, path
+        assert "'unsafe-inline'" not in CSP and "script-src 'self'" in CSP
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["referrer-policy"] == "same-origin"
+    page = parse_html((await client.http.get(f"/chats/{chat_id}")).text)
+    config = page.find("meta", name="htmx-config").attrs["content"] or ""
+    assert '"includeIndicatorStyles": false' in config  # htmx must not inject <style>
+
+
+async def test_cross_origin_posts_are_403(web_client_factory: MakeClient):
+    client = await web_client_factory(model=ScriptedModel(["ok"]))
+    chat_id = await client.new_chat()
+    url = f"/chats/{chat_id}/messages"
+    evil = await client.http.post(url, data={"text": "hi"}, headers={"Origin": "http://evil.test"})
+    assert evil.status_code == 403
+    assert "another site" in parse_html(evil.text).find(role="alert").norm_text()
+    evil_ref = await client.http.post(
+        url, data={"text": "hi"}, headers={"Referer": "http://evil.test/page"}
+    )
+    assert evil_ref.status_code == 403
+    null = await client.http.post(url, data={"text": "hi"}, headers={"Origin": "null"})
+    assert null.status_code == 403
+    for path in (f"/chats/{chat_id}/delete", "/chats", f"/chats/{chat_id}/rename"):
+        response = await client.http.post(path, headers={"Origin": "http://evil.test"})
+        assert response.status_code == 403, path
+    assert await client.web.chats.get(chat_id) is not None
+    assert await client.web.session.segments(chat_id) == []
+    same = await client.http.post(url, data={"text": "hi"}, headers={"Origin": "http://testserver"})
+    assert same.status_code == 303
+    same_ref = await client.http.get(f"/chats/{chat_id}", headers={"Origin": "http://evil.test"})
+    assert same_ref.status_code == 200  # reading is not a state change
+    await client.wait_idle(chat_id)
+
+
+async def test_token_is_required_and_set_as_a_strict_cookie(web_client_factory: MakeClient):
+    client = await web_client_factory(model=ScriptedModel([]), token=TOKEN)
+    for path in ("/", "/static/app.js", "/chats/x"):
+        response = await client.http.get(path)
+        assert response.status_code == 401, path
+        assert "token" in parse_html(response.text).find(role="alert").norm_text()
+    assert (await client.http.post("/chats")).status_code == 401
+    assert (await client.http.get("/?token=wrong-token-value")).status_code == 401
+    response = await client.http.get("/?token=" + TOKEN)
+    assert response.status_code == 303
+    assert response.headers["location"] == "/"  # the token leaves the address bar
+    cookie = response.headers["set-cookie"]
+    assert cookie.startswith(f"webapp_token={TOKEN};")
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    # httpx keeps the cookie: from now on the app answers.
+    assert (await client.http.get("/")).status_code == 200
+    chat_id = await client.new_chat()
+    assert (await client.http.get(f"/chats/{chat_id}")).status_code == 200
+    client.http.cookies.clear()
+    assert (await client.http.get(f"/chats/{chat_id}")).status_code == 401
