@@ -10,15 +10,19 @@ worker task that is the only code ever touching it. Callers hand it jobs:
   queued at that moment into ONE ``BEGIN IMMEDIATE ... COMMIT`` (group
   commit: one fsync for many writes, which is what lets 50 tasks append
   thousands of segments a second with ``synchronous=FULL``). ``write``
-  returns only once its transaction has committed, so it is on disk.
+  returns only once its transaction has committed, so it is on disk;
+- ``await store.execute(sql, params)`` / ``await store.fetchall(sql, params)``
+  are the one-statement forms; consecutive ``execute`` jobs with the same SQL
+  in one batch share a single ``executemany`` (one thread hop for many
+  appends).
 
 Invariants, each named for the failure it prevents:
 - one job at a time on the connection: a read can never run inside the
   writer's open transaction and see its uncommitted state;
-- one failing write never takes its batch down: the batch is rolled back and
-  re-run with each write inside its own SAVEPOINT, so the failing one rolls
-  back alone and the others commit (the fast path has no savepoints because
-  each costs a thread hop);
+- one failing write never takes its batch down: a batch first runs without
+  savepoints (each statement costs a thread hop); if any write fails it is
+  rolled back and re-run with each write inside its own SAVEPOINT, so the
+  failing one rolls back alone and the others commit;
 - retry only what provably never committed: SQLITE_BUSY at BEGIN, on a
   statement inside the open transaction (then rolled back), or from a COMMIT
   that left the transaction open. Any other COMMIT failure is reported, never
@@ -37,7 +41,6 @@ its batch has started the write commits (or fails) regardless.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import sqlite3
 import time
@@ -55,8 +58,6 @@ __all__ = [
     "StoredDataError",
     "split_statements",
 ]
-
-log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 DbFn = Callable[[aiosqlite.Connection], Awaitable[Any]]
@@ -137,6 +138,22 @@ class SQLiteStore:
     SQL that upgrades it to ``v + 1``. Several stores (with different schema
     names) may share one file; pass ``wal=True`` for that or for several
     processes.
+
+    Example -- a table of one's own in the app's database file::
+
+        schema = "CREATE TABLE IF NOT EXISTS chats (id TEXT PRIMARY KEY, title TEXT);"
+        chats = SQLiteStore(
+            db_path, wal=True, schema_name="chats", schema_version=1, schema_sql=schema
+        )
+        await chats.execute("INSERT INTO chats (id, title) VALUES (?, ?)", (chat_id, title))
+        rows = await chats.fetchall("SELECT id, title FROM chats ORDER BY id")
+
+        async def rename(db: aiosqlite.Connection) -> int:  # several statements, one transaction
+            cursor = await db.execute("UPDATE chats SET title = ? WHERE id = ?", (title, chat_id))
+            return cursor.rowcount
+
+        changed = await chats.write(rename)
+        await chats.close()
     """
 
     def __init__(
@@ -231,11 +248,7 @@ class SQLiteStore:
                 if head.future.cancelled():
                     continue
                 if head.kind == "write":
-                    batch = [head]
-                    while self._jobs and self._jobs[0].kind == "write" and len(batch) < MAX_BATCH:
-                        job = self._jobs.popleft()
-                        if not job.future.cancelled():
-                            batch.append(job)
+                    batch = self._take_writes(head)
                     await self._guarded(batch, self._run_writes(batch))
                 elif head.kind == "read":
                     await self._guarded([head], self._run_read(head))
@@ -244,6 +257,24 @@ class SQLiteStore:
         finally:
             if self._worker is asyncio.current_task():
                 self._worker = None
+
+    def _take_writes(self, head: _Job) -> list[_Job]:
+        """``head`` plus the writes queued behind it, up to a close or MAX_BATCH.
+
+        Queued reads are passed over and served right after this batch: they
+        come from other tasks, so no caller can tell, and reads interleaved
+        with writes would otherwise cut every batch down to one write.
+        """
+        batch, rest = [head], deque[_Job]()
+        while self._jobs and len(batch) < MAX_BATCH and self._jobs[0].kind != "close":
+            job = self._jobs.popleft()
+            if job.kind != "write":
+                rest.append(job)
+            elif not job.future.cancelled():
+                batch.append(job)
+        rest.extend(self._jobs)
+        self._jobs = rest
+        return batch
 
     async def _guarded(self, jobs: list[_Job], step: Awaitable[None]) -> None:
         """Run one step; whatever happens, every job's caller gets an answer."""
