@@ -277,3 +277,31 @@ async def test_one_bad_statement_in_a_shared_executemany_fails_alone(store: SQLi
     assert results[:6] + results[7:] == [None] * 9
     assert await names(store) == ["blocker"] + [f"n{i}" for i in range(9)]
     assert await store.fetchall("SELECT count(*) FROM items WHERE note = ?", ("note",)) == [(9,)]
+
+
+async def test_reads_queued_between_writes_do_not_split_the_batch(tmp_path: Path) -> None:
+    path = tmp_path / "items.db"
+    store = make_store(path, wal=True)
+    release, blocker = await hold_writer(store)
+    observer = sqlite3.connect(path, timeout=5)
+    seen: list[int] = []
+
+    def write(name: str):  # type: ignore[no-untyped-def]
+        async def fn(db: aiosqlite.Connection) -> None:
+            await db.execute("INSERT INTO items (name) VALUES (?)", (name,))
+            seen.append(observer.execute("SELECT count(*) FROM items").fetchone()[0])
+
+        return fn
+
+    jobs = []
+    for i in range(5):
+        jobs.append(asyncio.ensure_future(store.write(write(f"w{i}"))))
+        jobs.append(asyncio.ensure_future(names(store)))
+    await asyncio.sleep(0.05)
+    release.set()
+    results = await asyncio.gather(blocker, *jobs)
+    observer.close()
+    await store.close()
+    assert seen == [1] * 5  # all five writes ran before any of them committed
+    everything = ["blocker"] + [f"w{i}" for i in range(5)]
+    assert all(r == everything for r in results[2::2])  # reads served after the commit
