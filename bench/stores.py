@@ -135,21 +135,30 @@ async def bench_load_rewind_trim(folder: Path) -> list[Row]:
 
 
 async def bench_checkpoint(folder: Path) -> list[Row]:
-    rows, figures = [], {}
-    for prior in (10, 1_000):
-        async with SQLiteCheckpointer(folder / f"cp-{prior}.db") as cp:
-            head = RunHead("main")
-            for i in range(prior):
-                await cp.append("run", [AssistantEntry(f"turn {i} " + "t " * 50)], head)
-            figures[prior] = await median_of(
-                150,
-                lambda i: cp.append("run", [AssistantEntry(f"more {i}")], RunHead("main", turns=i)),
-            )
+    rows: list[Row] = []
+    sizes = (10, 1_000)
+    for wal in (True, False):
+        mode = "WAL" if wal else "rollback"
+        stores = {n: SQLiteCheckpointer(folder / f"cp-{n}-{mode}.db", wal=wal) for n in sizes}
+        for n, cp in stores.items():
+            for i in range(n):
+                await cp.append("run", [AssistantEntry(f"turn {i} " + "t " * 50)], RunHead("main"))
+        # Round-robin over the two sizes so disk noise hits them alike.
+        times: dict[int, list[float]] = {n: [] for n in sizes}
+        for i in range(150):
+            for n, cp in stores.items():
+                begin = time.perf_counter()
+                await cp.append("run", [AssistantEntry(f"more {i}")], RunHead("main", turns=i))
+                times[n].append(time.perf_counter() - begin)
+        for n, cp in stores.items():
             snapshot = await cp.load("run")
-            assert snapshot is not None and len(snapshot.entries) == prior + 150
-        rows.append((f"checkpoint append, {prior:,} prior saves", ms(figures[prior]), ""))
-    ratio = figures[1_000] / figures[10]
-    rows.append(("  append 1,000 / append 10", f"{ratio:.2f}x", "flat (cost = what it adds)"))
+            assert snapshot is not None and len(snapshot.entries) == n + 150
+            await cp.close()
+        figures = {n: statistics.median(t) for n, t in times.items()}
+        for n in sizes:
+            rows.append((f"checkpoint append ({mode}), {n:,} prior saves", ms(figures[n]), ""))
+        ratio = figures[1_000] / figures[10]
+        rows.append(("  append 1,000 / append 10", f"{ratio:.2f}x", "flat: cost = what it adds"))
     return rows
 
 

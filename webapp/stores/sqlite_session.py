@@ -132,12 +132,13 @@ class SQLiteSession:
         meta: dict[str, Any] | None = None,
     ) -> str:
         run_id = run_id or new_run_id()
+        items = list(entries)
         # Encoded here, in the caller's task: bad input fails this call alone.
         params = {
             "sid": _check_id("session_id", session_id),
             "rid": _check_id("run_id", run_id),
-            "count": len(entries),
-            "entries": _encode_entries(entries),
+            "count": len(items),
+            "entries": _encode_entries(items),
             "meta": _encode_meta(meta),
         }
         # One statement: concurrent appends share one executemany per batch.
