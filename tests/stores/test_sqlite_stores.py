@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from pathlib import Path
 
@@ -232,3 +233,26 @@ async def test_bad_input_fails_before_touching_the_file(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="not JSON-serializable"):
             await cp.append("run", [], RunHead("main", context_state={"f": object()}))
         assert await cp.load("run") is None
+
+
+async def test_close_during_the_first_open_still_closes(tmp_path: Path) -> None:
+    session = SQLiteSession(tmp_path / "s.db")
+    first = asyncio.ensure_future(session.load("s"))
+    await asyncio.sleep(0)  # the load task queues its job and starts the worker
+    await asyncio.sleep(0)  # the worker takes the job and starts opening the file
+    await session.close()
+    assert await first == []
+    assert open_files(tmp_path / "s.db") == []  # not left open behind close()'s back
+
+
+def open_files(path: Path) -> list[str]:
+    """Descriptors of this process pointing at ``path`` (Linux /proc)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(path)):
+            found.append(target)
+    return found

@@ -213,7 +213,8 @@ class SQLiteStore:
 
     async def close(self) -> None:
         """Finish queued jobs and close the connection; idempotent, a later job reopens."""
-        if self._db is None and not self._jobs:
+        idle = self._worker is None or self._worker.done()
+        if self._db is None and not self._jobs and idle:
             return
         await self._submit("close", None)
 
