@@ -173,6 +173,12 @@ async def test_shutdown_mid_run_resumes_on_the_next_start(tmp_path: Path):
 
         await eventually(streaming, 10, "the reply to stream")
         run_id = first.state.web.runs.latest(chat_id).run_id
+    # Clients still connected during the shutdown are told to retry (the next process
+    # resumes the run), never given a final reply.
+    transport = httpx.ASGITransport(app=first)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+        events = await http.get(f"/chats/{chat_id}/runs/{run_id}/events")
+        assert events.status_code == 503
     # The server went away mid-run: nothing was written as finished, the run is owed.
     session = SQLiteSession(db, wal=True)
     cp = SQLiteCheckpointer(db, wal=True)

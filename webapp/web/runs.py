@@ -106,6 +106,10 @@ class RunState:
 
     def append(self, event: str, data: str) -> None:
         self.records.append(LogRecord(len(self.records) + 1, event, data))
+        self.append_nothing()
+
+    def append_nothing(self) -> None:
+        """Wake the readers without a new record (the run ended without one)."""
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
@@ -247,9 +251,11 @@ class RunManager:
             return
         event = state.terminal.result()
         if isinstance(event, RunCancelled) and not state.stop_requested:
-            state.abandoned = True  # server shutdown: the checkpoint resumes it on restart
+            # Server shutdown: the checkpoint resumes the run on the next start. No
+            # `done` record: clients reconnect and continue with the next process.
+            state.abandoned = True
             state.finished = True
-            state.append(names.DONE, self.fragments.final_reply(state.chat_id, state.reply))
+            state.append_nothing()
             return
         try:
             reply = await self._record_outcome(state, event)

@@ -49,6 +49,7 @@ MAX_COALESCE = 512  # records per event, so one event stays a reasonable size
 RETRY_MS = 1000  # how soon a browser reconnects after a dropped stream
 PING_SECONDS = 15
 WAIT_SECONDS = 10.0
+SEND_TIMEOUT = 30.0  # a client that takes no data for this long is dropped
 
 
 def parse_position(position: str | None) -> tuple[str | None, int]:
@@ -94,11 +95,17 @@ async def events(request: Request) -> Response:
         if html is None:
             raise HTTPException(404, f"No run {run_id} in this chat.")
         return EventSourceResponse(_once(DONE, html), ping=PING_SECONDS)
+    if state.abandoned:
+        # Shutting down with the run still owed: the browser retries, and the next
+        # process (which resumes the run) answers with a reset.
+        return Response(status_code=503, headers={"Retry-After": "1"})
     position = request.headers.get("last-event-id") or request.query_params.get("after")
     epoch, seq = parse_position(position)
     if state.finished and epoch == state.epoch and seq >= state.seq:
         return Response(status_code=204)  # nothing left: tell the browser to stop
-    return EventSourceResponse(_stream(app, state, epoch, seq), ping=PING_SECONDS)
+    return EventSourceResponse(
+        _stream(app, state, epoch, seq), ping=PING_SECONDS, send_timeout=SEND_TIMEOUT
+    )
 
 
 async def _once(event: str, html: str) -> AsyncIterator[ServerSentEvent]:
@@ -131,7 +138,7 @@ async def _stream(
                         return
                 continue
             if state.finished:
-                return
+                return  # an abandoned run (shutdown): the client reconnects elsewhere
             await state.wait_beyond(seq, WAIT_SECONDS)
     except asyncio.CancelledError:
         logger.debug("client left run %s at %s", state.run_id, seq)
