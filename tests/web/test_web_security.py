@@ -94,6 +94,10 @@ async def test_security_headers_on_every_response(web_client_factory: MakeClient
     page = parse_html((await client.http.get(f"/chats/{chat_id}")).text)
     config = page.find("meta", name="htmx-config").attrs["content"] or ""
     assert '"includeIndicatorStyles": false' in config  # htmx must not inject <style>
+    # htmx must not copy style attributes while settling (the CSP would refuse them).
+    assert '"attributesToSettle": ["class", "width", "height"]' in config
+    icon = page.find("link", rel="icon").attrs["href"] or ""
+    assert (await client.http.get(icon)).status_code == 200
 
 
 async def test_cross_origin_posts_are_403(web_client_factory: MakeClient):

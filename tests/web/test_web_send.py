@@ -42,6 +42,7 @@ async def test_send_stores_one_segment_and_shows_the_reply(web_client_factory: M
     assert reply.attrs["data-run-id"] == segments[0].run_id
     assert reply.attrs["data-status"] == "completed"
     assert reply.find("strong").text() == "there"  # Markdown rendered
+    assert reply.find_all("details") == []  # no empty "Reasoning" disclosure
     assert len(buttons(page, "Regenerate")) == 1
     assert buttons(page, "Stop") == []
     # No checkpoint is left for a finished run.
