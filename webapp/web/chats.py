@@ -97,7 +97,7 @@ class ChatStore:
 
         return await self._store.read(select)
 
-    async def list(self, limit: int = 200) -> list[Chat]:
+    async def recent(self, limit: int = 200) -> list[Chat]:
         """Most recently updated first."""
 
         async def select(db: aiosqlite.Connection) -> list[Chat]:

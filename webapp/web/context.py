@@ -94,7 +94,7 @@ class WebApp:
 
     async def page_context(self, chat: Chat | None) -> dict[str, Any]:
         """Everything base.html and chat.html need, except the per-request extras."""
-        chats = await self.chats.list()
+        chats = await self.chats.recent()
         items: list[ChatItem] = []
         live: RunState | None = None
         if chat is not None:

@@ -47,7 +47,7 @@ from webapp.stores.session import Session, new_run_id
 from webapp.transcript import Entry, UserEntry, drop_dangling_tool_calls
 from webapp.web import sse as names
 from webapp.web.chats import ChatStore
-from webapp.web.render import ReplyView, reply_from_entries, split_run
+from webapp.web.render import ReplyStatus, ReplyView, reply_from_entries, split_run
 
 if TYPE_CHECKING:
     from webapp.web.render import ToolCard
@@ -283,7 +283,7 @@ class RunManager:
                 meta = {"status": "failed", "error": self.error_text(event.error)}
             await self.session.append(chat_id, entries, run_id=run_id, meta=meta)
             await self.checkpointer.delete(run_id)
-            status = "stopped" if isinstance(event, RunCancelled) else "failed"
+            status: ReplyStatus = "stopped" if isinstance(event, RunCancelled) else "failed"
             reply = reply_from_entries(run_id, entries[1:], status, meta.get("error"))
         await self.chats.end_run(chat_id, run_id)
         return reply

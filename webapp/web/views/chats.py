@@ -28,7 +28,7 @@ async def load_chat(request: Request) -> Chat | None:
 async def home(request: Request) -> Response:
     """GET /: the most recent chat, or an empty page whose first message creates one."""
     app = web(request)
-    chats = await app.chats.list(limit=1)
+    chats = await app.chats.recent(limit=1)
     if chats:
         return RedirectResponse(request.url_for("chat", chat_id=chats[0].id), status_code=303)
     response: Response = app.chat_page(await app.page_context(None))
