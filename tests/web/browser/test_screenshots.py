@@ -12,7 +12,17 @@ from collections.abc import Callable
 from playwright.sync_api import Page, expect
 
 from .harness import REPO_ROOT, AppServer
-from .ui import TOOL, message_box, open_new_chat, send_and_wait, users, wait_status
+from .ui import (
+    TOOL,
+    button,
+    message_box,
+    open_new_chat,
+    send,
+    send_and_wait,
+    users,
+    wait_for_numbers,
+    wait_status,
+)
 
 SHOTS = REPO_ROOT / "artifacts" / "screenshots"
 CODE_MESSAGE = (
@@ -22,6 +32,13 @@ CODE_MESSAGE = (
     '    return f"Hello, {name}!"\n'
     "```\n"
 )
+# Scroll every scrolled ancestor of the first message (and the window) back to the top.
+_SCROLL_TO_TOP_JS = """
+() => {
+  for (let e = document.querySelector('[data-role]'); e; e = e.parentElement) e.scrollTop = 0;
+  window.scrollTo(0, 0);
+}
+"""
 SIZES = {"desktop": {"width": 1280, "height": 900}, "phone": {"width": 375, "height": 740}}
 
 
@@ -53,7 +70,11 @@ def test_screenshots_light_and_dark(app: AppServer, open_page: Callable[..., Pag
             expect(page.locator(TOOL)).to_have_count(1)
             expect(page.locator("[data-role=assistant] pre code").first).to_be_visible()
             expect(message_box(page)).to_be_visible()
-            page.screenshot(path=str(SHOTS / f"chat-{scheme}-{size_name}.png"), full_page=True)
+            # The conversation scrolls inside the page: one shot at its end (where the
+            # app autoscrolls to), one at its start, where the tool card is.
+            page.screenshot(path=str(SHOTS / f"chat-{scheme}-{size_name}-end.png"))
+            page.evaluate(_SCROLL_TO_TOP_JS)
+            page.screenshot(path=str(SHOTS / f"chat-{scheme}-{size_name}-start.png"))
             backgrounds[f"{scheme}-{size_name}"] = _background(page)
             overflow = page.evaluate(
                 "() => document.documentElement.scrollWidth - window.innerWidth"
@@ -63,4 +84,24 @@ def test_screenshots_light_and_dark(app: AppServer, open_page: Callable[..., Pag
         f"dark theme has the same background as light: {backgrounds}"
     )
     for name in backgrounds:
-        assert (SHOTS / f"chat-{name}.png").stat().st_size > 5_000
+        for part in ("start", "end"):
+            assert (SHOTS / f"chat-{name}-{part}.png").stat().st_size > 5_000
+
+
+def test_screenshots_of_a_refused_send_and_a_stopped_reply(
+    app: AppServer, open_page: Callable[..., Page]
+) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    variants = [("light", "desktop"), ("dark", "phone")]
+    for scheme, size_name in variants:
+        page = open_page(app, color_scheme=scheme, viewport=SIZES[size_name])
+        open_new_chat(page)
+        send(page, "count to 2000")
+        wait_for_numbers(page, 40)
+        send(page, "this one has to wait")
+        expect(page.get_by_role("alert")).to_be_visible()
+        expect(button(page, "Stop")).to_be_visible()
+        page.screenshot(path=str(SHOTS / f"states-{scheme}-{size_name}-refused.png"))
+        button(page, "Stop").click()
+        wait_status(page, "stopped")
+        page.screenshot(path=str(SHOTS / f"states-{scheme}-{size_name}-stopped.png"))
