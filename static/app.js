@@ -6,7 +6,7 @@
   var STICK_PX = 80; // "at the bottom" tolerance: scrolling up further pauses autoscroll
   var stick = true;
 
-  function messages() { return document.getElementById("messages"); }
+  function messages() { return document.getElementById("conversation"); }
 
   function atBottom(el) {
     return el.scrollHeight - el.scrollTop - el.clientHeight < STICK_PX;
