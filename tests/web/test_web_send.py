@@ -72,6 +72,12 @@ async def test_htmx_send_returns_the_list_with_a_streaming_reply(web_client_fact
     assert new_client_id and new_client_id != old_client_id
     assert fragment.find(id="composer-alert").text() == ""
     assert buttons(fragment.find(id="regenerate-slot"), "Regenerate") == []
+    # The first message names the chat: the heading and the chat list follow at once.
+    heading = fragment.find(id="chat-title-heading")
+    assert heading.attrs["hx-swap-oob"] == "true" and heading.norm_text() == "count please"
+    nav = fragment.find("nav", aria_label="Chats")
+    assert nav.attrs["hx-swap-oob"] == "true"
+    assert [a.norm_text() for a in nav.find_all("a")] == ["count please"]
     await client.wait_idle(chat_id)
 
 

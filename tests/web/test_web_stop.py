@@ -73,6 +73,9 @@ async def test_htmx_stop_answers_with_the_stopped_reply(web_client_factory: Make
     slot = fragment.find(id="regenerate-slot")
     assert slot.attrs["hx-swap-oob"] == "true"
     assert len(buttons(slot, "Regenerate")) == 1
+    # A "still running" alert shown earlier is cleared, out of band, now that it is over.
+    alert = fragment.find(id="composer-alert")
+    assert alert.attrs["hx-swap-oob"] == "true" and alert.text() == ""
 
 
 async def test_stop_on_a_finished_run_is_a_harmless_no_op(web_client_factory: MakeClient):

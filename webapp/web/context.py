@@ -46,8 +46,10 @@ class WebApp:
         return self.templates.render("_regenerate.html", chat_id=chat_id, show=show, oob=oob)
 
     def final_reply_html(self, chat_id: str, reply: ReplyView, last: bool = True) -> str:
-        """The finished reply plus (out of band) the Regenerate button under it."""
-        return self.reply_html(chat_id, reply) + self.regenerate_html(chat_id, last, True)
+        """The finished reply plus, out of band, the Regenerate button under it and an
+        empty alert (a "still running" refusal is stale once the run has ended)."""
+        alert = self.templates.render("_alert.html", alert="", oob=True)
+        return self.reply_html(chat_id, reply) + self.regenerate_html(chat_id, last, True) + alert
 
     def live_reply_html(self, state: RunState) -> str:
         """A run's reply as it is now: streaming from the current position, or final."""
