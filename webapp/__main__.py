@@ -29,6 +29,17 @@ def resolve_token(host: str, token: str | None) -> str | None:
     return None if is_loopback(host) else secrets.token_urlsafe(24)
 
 
+def allowed_hosts(host: str, token: str | None) -> list[str] | None:
+    """Host names a loopback server without a token answers to (None: any).
+
+    Without this, a web page whose domain was re-pointed at 127.0.0.1 (DNS
+    rebinding) could use the app as if it were same-origin.
+    """
+    if token is not None or not is_loopback(host):
+        return None
+    return sorted({host.strip("[]").lower(), "127.0.0.1", "localhost", "::1"})
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     env = os.environ.get
     parser = argparse.ArgumentParser(
@@ -92,7 +103,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     token = resolve_token(args.host, args.token)
     try:
-        app = create_app(args.db, model=model, token=token, redact=[args.api_key or ""])
+        app = create_app(
+            args.db,
+            model=model,
+            token=token,
+            redact=[args.api_key or ""],
+            allowed_hosts=allowed_hosts(args.host, token),
+        )
     except ValueError as exc:
         print(f"webapp: {exc}", file=sys.stderr)
         return 2

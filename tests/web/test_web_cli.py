@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from webapp.__main__ import is_loopback, parse_args, resolve_token
+from webapp.__main__ import allowed_hosts, is_loopback, parse_args, resolve_token
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,6 +35,13 @@ def test_loopback_detection_and_tokens():
         assert resolve_token(host, None) != token  # generated, not fixed
     assert resolve_token("0.0.0.0", "given-token") == "given-token"
     assert resolve_token("127.0.0.1", "given-token") == "given-token"
+
+
+def test_a_loopback_server_answers_only_to_loopback_names():
+    assert allowed_hosts("127.0.0.1", None) == ["127.0.0.1", "::1", "localhost"]
+    assert allowed_hosts("::1", None) == ["127.0.0.1", "::1", "localhost"]
+    assert allowed_hosts("127.0.0.1", "a-token-value") is None  # the token protects it
+    assert allowed_hosts("0.0.0.0", "a-token-value") is None
 
 
 def test_flags_fall_back_to_the_environment(monkeypatch: pytest.MonkeyPatch):

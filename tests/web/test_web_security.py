@@ -145,3 +145,13 @@ async def test_token_is_required_and_set_as_a_strict_cookie(web_client_factory: 
     assert (await client.http.get(f"/chats/{chat_id}")).status_code == 200
     client.http.cookies.clear()
     assert (await client.http.get(f"/chats/{chat_id}")).status_code == 401
+
+
+async def test_other_host_names_are_refused_when_hosts_are_pinned(web_client_factory: MakeClient):
+    client = await web_client_factory(model=ScriptedModel([]), allowed_hosts=["testserver"])
+    assert (await client.http.get("/")).status_code == 200
+    # DNS rebinding: a foreign name pointed at this server, "same origin" with itself.
+    rebound = {"Host": "evil.example:8000", "Origin": "http://evil.example:8000"}
+    assert (await client.http.get("/", headers={"Host": "evil.example"})).status_code == 400
+    assert (await client.http.post("/chats", headers=rebound)).status_code == 400
+    assert await client.web.chats.recent() == []

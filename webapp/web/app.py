@@ -91,6 +91,7 @@ def create_app(
     offline_delay: float = 0.02,
     redact: Sequence[str] = (),
     max_turns: int = 20,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The chat app over one SQLite file.
 
@@ -98,6 +99,7 @@ def create_app(
     defaults to an assistant with the calculator and current_time tools.
     ``token``: when set, every request needs it (see `webapp.web.security`).
     ``redact``: secrets (an API key) never shown in an error message.
+    ``allowed_hosts``: host names the Host header may carry (None: any).
     """
     if max_message_chars < 1:
         raise ValueError(f"max_message_chars must be at least 1, got {max_message_chars!r}")
@@ -120,7 +122,9 @@ def create_app(
             "error.html", status=status, title=titles.get(status, "Error"), message=message
         )
 
-    app.add_middleware(SecurityMiddleware, token=token, render_error=render_error)
+    app.add_middleware(
+        SecurityMiddleware, token=token, render_error=render_error, allowed_hosts=allowed_hosts
+    )
     return app
 
 

@@ -215,14 +215,18 @@ class RunManager:
         handle = state.handle
         if handle is None:
             raise RuntimeError(f"run {state.run_id} was launched without a handle")
-        async for event in handle:
-            if isinstance(event, (RunCompleted, RunFailed, RunCancelled)):
-                if not state.terminal.done():
-                    state.terminal.set_result(event)
-                break
-            self._apply(state, event)
-        async with self.lock(state.chat_id):
-            await self._finalize(state)
+        try:
+            async for event in handle:
+                if isinstance(event, (RunCompleted, RunFailed, RunCancelled)):
+                    if not state.terminal.done():
+                        state.terminal.set_result(event)
+                    break
+                self._apply(state, event)
+            async with self.lock(state.chat_id):
+                await self._finalize(state)
+        except Exception:  # a bug here must not vanish into an unobserved task
+            logger.exception("run %s: the server task failed", state.run_id)
+            raise
 
     def _apply(self, state: RunState, event: Event) -> None:
         reply = state.reply
