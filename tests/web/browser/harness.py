@@ -163,7 +163,8 @@ class FakeEndpoint:
         self.requests.append(body)
         if self.mode == "error":
             error = {"message": PROVIDER_ERROR, "type": "server_error", "code": "fire"}
-            return JSONResponse({"error": error}, status_code=500)
+            # Retry-After: 0 lets the client's retries (if any) run without backoff.
+            return JSONResponse({"error": error}, status_code=500, headers={"Retry-After": "0"})
         return StreamingResponse(_hostile_stream(), media_type="text/event-stream")
 
     def start(self) -> None:

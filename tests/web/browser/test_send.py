@@ -108,3 +108,25 @@ def test_double_click_on_send_starts_one_run(page: Page) -> None:
     nums = numbers(reply_states(page)[0].text)
     assert_contiguous_prefix(nums, "reply after a double-click")
     assert nums[-1] == 20
+
+
+def test_refusal_alert_clears_when_the_run_ends_and_the_kept_text_can_be_sent(
+    page: Page,
+) -> None:
+    """Regression: the 409 alert kept saying "a reply is still running" after Stop."""
+    open_new_chat(page)
+    send(page, "count to 2000")
+    wait_status(page, "streaming")
+    send(page, "the kept message")
+    busy = page.get_by_role("alert").filter(has_text=re.compile(r"running|409", re.IGNORECASE))
+    expect(busy).to_be_visible()
+    button(page, "Stop").click()
+    wait_status(page, "stopped")
+    expect(busy).to_have_count(0)
+    # The text the refusal kept is sent with one more press.
+    expect(message_box(page)).to_have_value("the kept message")
+    button(page, "Send").click()
+    expect(users(page)).to_have_count(2)
+    expect(users(page).last).to_contain_text("the kept message")
+    wait_status(page, "completed")
+    expect(message_box(page)).to_have_value("")
