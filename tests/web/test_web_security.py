@@ -155,3 +155,26 @@ async def test_other_host_names_are_refused_when_hosts_are_pinned(web_client_fac
     assert (await client.http.get("/", headers={"Host": "evil.example"})).status_code == 400
     assert (await client.http.post("/chats", headers=rebound)).status_code == 400
     assert await client.web.chats.recent() == []
+
+
+async def test_streamed_text_is_escaped_before_the_final_markdown(web_client_factory: MakeClient):
+    from webhelpers import parse_sse
+
+    client = await web_client_factory(model=ScriptedModel([HOSTILE]))
+    chat_id = await client.new_chat()
+    await client.send(chat_id, "hi")
+    await client.wait_idle(chat_id)
+    state = client.web.runs.latest(chat_id)
+    assert state is not None
+    response = await client.http.get(
+        f"/chats/{chat_id}/runs/{state.run_id}/events",
+        headers={"Last-Event-ID": f"{state.epoch}:0"},
+    )
+    events = parse_sse(response.text)
+    deltas = [parse_html(e.data) for e in events if e.event == "text"]
+    assert "".join(d.text() for d in deltas) == HOSTILE
+    for delta in deltas:
+        assert {n.tag for n in delta.iter()} == {"span"}  # text only, in plain spans
+    final = parse_html(events[-1].data)
+    assert events[-1].event == "done"
+    assert_inert(final.find(data_role="assistant"))

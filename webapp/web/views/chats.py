@@ -15,6 +15,7 @@ from webapp.web.forms import (
     read_fields,
     read_title,
 )
+from webapp.web.render import UserView, title_from_text
 from webapp.web.views.messages import start_checked
 from webapp.web.views.responses import error_page, is_htmx, redirect, refuse
 
@@ -85,8 +86,6 @@ async def rename(request: Request) -> Response:
 
 
 async def _automatic_title(request: Request, chat: Chat) -> str:
-    from webapp.web.render import UserView, title_from_text
-
     items, _ = await web(request).chat_items(chat)
     first = next((i for i in items if isinstance(i, UserView)), None)
     return title_from_text(first.text) if first is not None else ""
