@@ -141,6 +141,15 @@ HOSTILE_CHUNKS = [
     "and [click](javascript:window.__pwned=1) ",
     "and <b>raw bold</b> end.",
 ]
+HOSTILE_DELTAS: list[dict[str, str]] = [{"content": text} for text in HOSTILE_CHUNKS]
+REASONING_TEXT = "First I weigh the options, then I pick forty-two."
+ANSWER_TEXT = "The answer is 42."
+REASONING_DELTAS: list[dict[str, str]] = [
+    {"reasoning_content": "First I weigh the options, "},
+    {"reasoning_content": "then I pick forty-two."},
+    {"content": "The answer "},
+    {"content": "is 42."},
+]
 PROVIDER_ERROR = "the fake provider is on fire (quota exhausted)"
 
 
@@ -148,7 +157,9 @@ PROVIDER_ERROR = "the fake provider is on fire (quota exhausted)"
 class FakeEndpoint:
     """An OpenAI-compatible Chat Completions endpoint on loopback with one behaviour."""
 
-    mode: str  # "error" (HTTP 500 with a JSON body) or "hostile" (streams hostile markup)
+    # "error": HTTP 500 with a JSON body; "hostile": streams hostile markup;
+    # "reasoning": streams reasoning_content deltas, then the answer.
+    mode: str
     requests: list[dict[str, Any]] = field(default_factory=list)
     port: int = 0
     _server: uvicorn.Server | None = None
@@ -165,7 +176,8 @@ class FakeEndpoint:
             error = {"message": PROVIDER_ERROR, "type": "server_error", "code": "fire"}
             # Retry-After: 0 lets the client's retries (if any) run without backoff.
             return JSONResponse({"error": error}, status_code=500, headers={"Retry-After": "0"})
-        return StreamingResponse(_hostile_stream(), media_type="text/event-stream")
+        deltas = REASONING_DELTAS if self.mode == "reasoning" else HOSTILE_DELTAS
+        return StreamingResponse(_completion_stream(deltas), media_type="text/event-stream")
 
     def start(self) -> None:
         app = Starlette(routes=[Route("/v1/chat/completions", self._completions, methods=["POST"])])
@@ -191,25 +203,17 @@ class FakeEndpoint:
             self._thread.join(timeout=STOP_TIMEOUT)
 
 
-async def _hostile_stream() -> AsyncIterator[bytes]:
+async def _completion_stream(deltas: list[dict[str, str]]) -> AsyncIterator[bytes]:
+    """Chat Completions SSE: a role chunk, one chunk per delta, a finish chunk, [DONE]."""
     base = {
         "id": "chatcmpl-fake",
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": "test",
     }
-    first = {
-        **base,
-        "choices": [
-            {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-        ],
-    }
-    yield f"data: {json.dumps(first)}\n\n".encode()
-    for text in HOSTILE_CHUNKS:
-        chunk = {
-            **base,
-            "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
-        }
+    opening: dict[str, str] = {"role": "assistant", "content": ""}
+    for delta in [opening, *deltas]:
+        chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
         yield f"data: {json.dumps(chunk)}\n\n".encode()
     last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
     yield f"data: {json.dumps(last)}\n\n".encode()

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import re
+
 from playwright.sync_api import Page, expect
 
 from .ui import (
     button,
+    message_box,
     open_new_chat,
     replies,
     reply_states,
+    send,
     send_and_wait,
     users,
+    wait_for_numbers,
     wait_status,
 )
 
@@ -89,3 +94,24 @@ def test_regenerate_replaces_the_last_reply(page: Page) -> None:
     expect(replies(page)).to_have_count(2)
     assert reply_states(page)[-1] == again
     expect(button(page, "Regenerate")).to_have_count(1)
+
+
+def test_edit_during_a_run_is_refused_and_keeps_the_edit(page: Page) -> None:
+    open_new_chat(page)
+    send_and_wait(page, FIRST)
+    send(page, "count to 2000")
+    wait_for_numbers(page, 10)
+    users(page).first.get_by_role("button", name="Edit", exact=True).click()
+    box = page.get_by_label("Edit message", exact=True)
+    box.fill(EDITED)
+    button(page, "Save and send").click()
+    busy = page.get_by_role("alert").filter(has_text=re.compile(r"running|409", re.IGNORECASE))
+    expect(busy).to_be_visible()
+    expect(page.get_by_label("Edit message", exact=True)).to_have_value(EDITED)
+    # Nothing was rewound: the run goes on and both exchanges are still there.
+    expect(users(page)).to_have_count(2)
+    expect(users(page).first).to_contain_text(FIRST)
+    expect(button(page, "Stop")).to_be_visible()
+    button(page, "Stop").click()
+    wait_status(page, "stopped")
+    expect(message_box(page)).to_be_visible()
