@@ -1,0 +1,54 @@
+"""The README is the user's manual: it must stay true to the code and to CI."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def section(title: str) -> str:
+    start = README.index(f"## {title}\n")
+    following = README.find("\n## ", start + 1)
+    return README[start : following if following != -1 else len(README)]
+
+
+def test_quick_start_gives_exactly_two_commands():
+    blocks = re.findall(r"```sh\n(.*?)```", section("Quick start").split("### ")[0], re.S)
+    assert len(blocks) == 2
+    assert all(len(b.strip().splitlines()) == 1 for b in blocks)
+    assert "python -m webapp" in blocks[0] and "pytest" in blocks[1]
+
+
+def test_ci_runs_the_readme_test_command():
+    # the same extraction .ci/run performs
+    marked = README.split("<!-- test-command -->")[1].split("<!-- /test-command -->")[0]
+    command = [line for line in marked.splitlines() if line and not line.startswith("```")]
+    assert len(command) == 1 and "pytest" in command[0]
+    assert "<!-- test-command -->" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_every_cli_flag_and_environment_variable_is_documented():
+    out = subprocess.run(
+        [sys.executable, "-m", "webapp", "--help"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    ).stdout
+    flags = set(re.findall(r"(--[a-z][a-z-]+)", out)) - {"--help"}
+    assert {"--host", "--port", "--db", "--model", "--base-url", "--api-key", "--offline-delay"} <= flags
+    table = section("Quick start")
+    missing = sorted(f for f in flags if f"`{f}`" not in table)
+    assert not missing, f"flags missing from README's command-line table: {missing}"
+
+    source = (ROOT / "webapp" / "__main__.py").read_text()
+    variables = set(re.findall(r'env\("([A-Z_]+)"\)', source))
+    assert {"OPENAI_BASE_URL", "OPENAI_API_KEY", "WEBAPP_MODEL", "WEBAPP_DB"} <= variables
+    assert not sorted(v for v in variables if f"`{v}`" not in table)
+
+
+def test_configuration_examples_cover_the_usual_servers():
+    config = section("Configuration")
+    for needle in ("api.openai.com/v1", "localhost:11434/v1", "vllm serve", "llama-server"):
+        assert needle in config
