@@ -192,3 +192,21 @@ async def test_live_stream_survives_a_reload_and_a_dropped_connection(tmp_path: 
         state = app.state.web.runs.latest(chat_id)
         tab = await read_events(http, connect, {"Last-Event-ID": f"{state.epoch}:0"}, None)
         assert text_of_fragments(tab) == NUMBERS
+
+
+async def test_a_fast_stream_reaches_clients_as_few_coalesced_events(tmp_path: Path):
+    words = " ".join(str(i) for i in range(1, 301))
+    app = create_app(tmp_path / "chat.db", model=ScriptedModel([words], chunk_delay=0.001))
+    async with serve(app) as base, httpx.AsyncClient(base_url=base, timeout=10) as http:
+        chat_id = (await http.post("/chats")).headers["location"].rsplit("/", 1)[1]
+        await http.post(f"/chats/{chat_id}/messages", data={"text": "fast"})
+        state = app.state.web.runs.latest(chat_id)
+        url = f"/chats/{chat_id}/runs/{state.run_id}/events"
+        clients = [
+            read_events(http, url, {"Last-Event-ID": f"{state.epoch}:0"}, None) for _ in range(5)
+        ]
+        for events in await asyncio.gather(*clients):
+            assert text_of_fragments(events) == words
+            # 300 deltas and a final reply, in far fewer events than log records.
+            assert len(events) < 100, len(events)
+        assert state.seq == 301

@@ -49,6 +49,7 @@ MAX_COALESCE = 512  # records per event, so one event stays a reasonable size
 RETRY_MS = 1000  # how soon a browser reconnects after a dropped stream
 PING_SECONDS = 15
 WAIT_SECONDS = 10.0
+BATCH_WINDOW = 0.03  # seconds a woken stream waits so deltas arrive as one event
 SEND_TIMEOUT = 30.0  # a client that takes no data for this long is dropped
 
 
@@ -140,6 +141,9 @@ async def _stream(
             if state.finished:
                 return  # an abandoned run (shutdown): the client reconnects elsewhere
             await state.wait_beyond(seq, WAIT_SECONDS)
+            # Let a few more deltas arrive: one event per window instead of one per
+            # token keeps the per-client cost flat however fast the model streams.
+            await asyncio.sleep(BATCH_WINDOW)
     except asyncio.CancelledError:
         logger.debug("client left run %s at %s", state.run_id, seq)
         raise
