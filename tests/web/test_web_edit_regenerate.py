@@ -193,3 +193,22 @@ async def test_regenerate_after_a_stop_and_with_nothing_to_regenerate(
     assert len(segments) == 1
     assert segments[0].entries == [UserEntry("letters"), AssistantEntry("fresh")]
     assert segments[0].meta is None
+
+
+async def test_editing_the_first_message_renames_an_automatic_title(web_client_factory: MakeClient):
+    client = await web_client_factory(model=ScriptedModel(["r1", "r1 again", "r1 third"]))
+    chat_id = await client.new_chat()
+    await client.send(chat_id, "frist message")
+    await client.wait_idle(chat_id)
+    run_id = (await client.web.session.segments(chat_id))[0].run_id
+    await client.http.post(f"/chats/{chat_id}/messages/{run_id}/edit", data={"text": "first"})
+    await client.wait_idle(chat_id)
+    chat = await client.web.chats.get(chat_id)
+    assert chat is not None and chat.title == "first"
+    # A title the user chose is left alone.
+    await client.http.post(f"/chats/{chat_id}/rename", data={"title": "Mine"})
+    run_id = (await client.web.session.segments(chat_id))[0].run_id
+    await client.http.post(f"/chats/{chat_id}/messages/{run_id}/edit", data={"text": "again"})
+    await client.wait_idle(chat_id)
+    chat = await client.web.chats.get(chat_id)
+    assert chat is not None and chat.title == "Mine"

@@ -183,6 +183,10 @@ async def _rewind_and_start(app: WebApp, chat: Chat, run_id: str, text: str) -> 
         raise TypeError(f"{type(app.session).__name__} has no rewind(); use a built-in store")
     await rewind(chat.id, keep_entries=keep)
     await app.runs.discard(chat.id, undone)  # or a resume would write the undone tail back
+    first = segment.entries[0]
+    if keep == 0 and isinstance(first, UserEntry) and current.title == title_from_text(first.text):
+        # The first message was edited and the title was made from it: follow the edit.
+        await app.chats.rename(chat.id, title_from_text(text))
     await app.runs.start(chat.id, text)
     return 200
 
