@@ -53,6 +53,7 @@ import aiosqlite
 
 __all__ = [
     "CommitFailedError",
+    "SQLiteBacked",
     "SQLiteStore",
     "StoreBusyError",
     "StoredDataError",
@@ -573,6 +574,43 @@ def _same_statement(jobs: list[_Job], start: int) -> list[_Job]:
         while end < len(jobs) and jobs[end].sql == first.sql:
             end += 1
     return jobs[start:end]
+
+
+class SQLiteBacked:
+    """Base of a store whose tables live in one `SQLiteStore`: the lifecycle, written once.
+
+    A subclass names its schema in ``SCHEMA_NAME``, ``SCHEMA_VERSION`` and
+    ``SCHEMA_SQL`` and talks to ``self._store``.
+    """
+
+    SCHEMA_NAME: str
+    SCHEMA_VERSION: int
+    SCHEMA_SQL: str
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, wal: bool = False, busy_timeout: float = 10.0
+    ) -> None:
+        self._store = SQLiteStore(
+            path,
+            wal=wal,
+            schema_name=self.SCHEMA_NAME,
+            schema_version=self.SCHEMA_VERSION,
+            schema_sql=self.SCHEMA_SQL,
+            busy_timeout=busy_timeout,
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._store.path!r}, wal={self._store.wal})"
+
+    async def close(self) -> None:
+        """Finish queued writes and close the file; idempotent, a later call reopens."""
+        await self._store.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
 
 def _commit_message(path: str, exc: BaseException) -> str:

@@ -12,13 +12,12 @@ provably never committed.
 from __future__ import annotations
 
 import json
-import os
-from typing import Any, Self
+from typing import Any
 
 import aiosqlite
 
 from webapp.stores.checkpoint import RunHead, RunSnapshot
-from webapp.stores.sqlite import SQLiteStore, StoredDataError
+from webapp.stores.sqlite import SQLiteBacked, StoredDataError
 from webapp.transcript import Entry, entry_from_dict, entry_to_dict
 
 SCHEMA_NAME = "checkpoint"
@@ -51,32 +50,12 @@ ON CONFLICT (run_id) DO UPDATE SET
 """
 
 
-class SQLiteCheckpointer:
+class SQLiteCheckpointer(SQLiteBacked):
     """A durable Checkpointer in a SQLite file; see `webapp.stores.checkpoint`."""
 
-    def __init__(
-        self, path: str | os.PathLike[str], *, wal: bool = False, busy_timeout: float = 10.0
-    ) -> None:
-        self._store = SQLiteStore(
-            path,
-            wal=wal,
-            schema_name=SCHEMA_NAME,
-            schema_version=SCHEMA_VERSION,
-            schema_sql=SCHEMA_SQL,
-            busy_timeout=busy_timeout,
-        )
-
-    def __repr__(self) -> str:
-        return f"SQLiteCheckpointer({self._store.path!r}, wal={self._store.wal})"
-
-    async def close(self) -> None:
-        await self._store.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+    SCHEMA_NAME = SCHEMA_NAME
+    SCHEMA_VERSION = SCHEMA_VERSION
+    SCHEMA_SQL = SCHEMA_SQL
 
     async def append(self, run_id: str, entries: list[Entry], head: RunHead) -> None:
         """Add the entries produced since the last call and replace the head."""

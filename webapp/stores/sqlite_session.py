@@ -15,9 +15,8 @@ The rules of ``rewind`` and ``trim_tool_results`` live in
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
-from typing import Any, Self
+from typing import Any
 
 import aiosqlite
 
@@ -28,7 +27,7 @@ from webapp.stores.session import (
     plan_rewind,
     trim_entries,
 )
-from webapp.stores.sqlite import SQLiteStore, StoredDataError
+from webapp.stores.sqlite import SQLiteBacked, StoredDataError
 from webapp.transcript import Entry, entry_from_dict, entry_to_dict
 
 SCHEMA_NAME = "session"
@@ -75,32 +74,12 @@ WHERE session_id = ? AND first_entry + entry_count > ? ORDER BY seq
 """
 
 
-class SQLiteSession:
+class SQLiteSession(SQLiteBacked):
     """A durable Session in a SQLite file; see `webapp.stores.session` for the contract."""
 
-    def __init__(
-        self, path: str | os.PathLike[str], *, wal: bool = False, busy_timeout: float = 10.0
-    ) -> None:
-        self._store = SQLiteStore(
-            path,
-            wal=wal,
-            schema_name=SCHEMA_NAME,
-            schema_version=SCHEMA_VERSION,
-            schema_sql=SCHEMA_SQL,
-            busy_timeout=busy_timeout,
-        )
-
-    def __repr__(self) -> str:
-        return f"SQLiteSession({self._store.path!r}, wal={self._store.wal})"
-
-    async def close(self) -> None:
-        await self._store.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+    SCHEMA_NAME = SCHEMA_NAME
+    SCHEMA_VERSION = SCHEMA_VERSION
+    SCHEMA_SQL = SCHEMA_SQL
 
     # --- the Session protocol ---------------------------------------------------
 
