@@ -40,13 +40,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    # The SQLite stores import aiosqlite; load them on first use only.
-    if name == "SQLiteSession":
-        from webapp.stores.sqlite_session import SQLiteSession
+    # The SQLite stores import aiosqlite; webapp.stores loads them on first use only.
+    if name in ("SQLiteSession", "SQLiteCheckpointer"):
+        from webapp import stores
 
-        return SQLiteSession
-    if name == "SQLiteCheckpointer":
-        from webapp.stores.sqlite_checkpoint import SQLiteCheckpointer
-
-        return SQLiteCheckpointer
+        return getattr(stores, name)
     raise AttributeError(f"module 'webapp' has no attribute {name!r}")
