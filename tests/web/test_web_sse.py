@@ -210,3 +210,28 @@ async def test_a_fast_stream_reaches_clients_as_few_coalesced_events(tmp_path: P
             # 300 deltas and a final reply, in far fewer events than log records.
             assert len(events) < 100, len(events)
         assert state.seq == 301
+
+
+async def test_reset_of_a_running_reply_continues_from_the_current_position(
+    web_client_factory: MakeClient,
+):
+    client = await web_client_factory(model=ScriptedModel([NUMBERS], chunk_delay=0.02))
+    chat_id = await client.new_chat()
+    await client.send(chat_id, "count")
+    await client.wait_text(chat_id, 10)
+    state = client.web.runs.latest(chat_id)
+    assert state is not None
+    url = f"/chats/{chat_id}/runs/{state.run_id}/events"
+    response = await client.http.get(url, headers={"Last-Event-ID": "process-before-restart.1:40"})
+    (reset,) = parse_sse(response.text)
+    assert reset.event == "reset"
+    epoch, seq = parse_position(reset.id)
+    assert epoch == state.epoch and 0 < seq <= state.seq
+    reply = parse_html(reset.data).find(data_role="assistant")
+    assert reply.attrs["data-status"] == "streaming"
+    # The replacement reply shows the text up to that position and streams on from it.
+    shown = reply.find(class_="content").text()
+    expected = "".join(parse_html(r.data).text() for r in state.records[:seq])
+    assert shown == expected
+    assert (reply.attrs["sse-connect"] or "").endswith(f"after={epoch}%3A{seq}")
+    await client.wait_idle(chat_id)
