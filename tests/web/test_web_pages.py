@@ -174,3 +174,13 @@ async def test_static_files_and_vendored_versions(web_client_factory: MakeClient
     assert 'version:"2.0.11"' in htmx.replace(" ", "")
     notes = (await client.http.get("/static/VENDORED.md")).text
     assert "htmx.org | 2.0.11" in notes and "htmx-ext-sse | 2.2.4" in notes
+
+
+def test_missing_templates_or_static_files_fail_at_build_time(tmp_path):  # type: ignore[no-untyped-def]
+    import pytest
+
+    from webapp.web import create_app
+
+    for kwargs in ({"templates_dir": tmp_path}, {"static_dir": tmp_path}):
+        with pytest.raises(FileNotFoundError, match="pip install -e"):
+            create_app(tmp_path / "chat.db", **kwargs)

@@ -52,7 +52,7 @@ def default_agent(model: Model) -> Agent:
     )
 
 
-def routes() -> list[Route | Mount]:
+def routes(static_dir: str | os.PathLike[str] = STATIC_DIR) -> list[Route | Mount]:
     return [
         Route("/", chats.home, methods=["GET"], name="home"),
         Route("/chats", chats.new_chat, methods=["POST"], name="new_chat"),
@@ -77,7 +77,7 @@ def routes() -> list[Route | Mount]:
             "/chats/{chat_id}/delete", chats.delete_confirm, methods=["GET"], name="delete_confirm"
         ),
         Route("/chats/{chat_id}/delete", chats.delete, methods=["POST"], name="delete"),
-        Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
+        Mount("/static", StaticFiles(directory=static_dir), name="static"),
     ]
 
 
@@ -92,6 +92,8 @@ def create_app(
     redact: Sequence[str] = (),
     max_turns: int = 20,
     allowed_hosts: Sequence[str] | None = None,
+    templates_dir: str | os.PathLike[str] = TEMPLATES_DIR,
+    static_dir: str | os.PathLike[str] = STATIC_DIR,
 ) -> Starlette:
     """The chat app over one SQLite file.
 
@@ -100,6 +102,7 @@ def create_app(
     ``token``: when set, every request needs it (see `webapp.web.security`).
     ``redact``: secrets (an API key) never shown in an error message.
     ``allowed_hosts``: host names the Host header may carry (None: any).
+    ``templates_dir`` / ``static_dir``: default to the checkout's templates/ and static/.
     """
     if max_message_chars < 1:
         raise ValueError(f"max_message_chars must be at least 1, got {max_message_chars!r}")
@@ -110,8 +113,15 @@ def create_app(
             base_url=None, model=None, api_key=None, offline_delay=offline_delay
         )
         agent = default_agent(model)
-    app = Starlette(routes=routes(), exception_handlers={HTTPException: http_exception})
-    templates = Templates(TEMPLATES_DIR, app.url_path_for)
+    for name, folder in (("templates", templates_dir), ("static", static_dir)):
+        if not Path(folder, "base.html" if name == "templates" else "app.js").is_file():
+            raise FileNotFoundError(
+                f"the app's {name} folder {os.fspath(folder)!r} is missing or incomplete; "
+                "install the project with `pip install -e .` from its checkout, or pass "
+                f"{name}_dir="
+            )
+    app = Starlette(routes=routes(static_dir), exception_handlers={HTTPException: http_exception})
+    templates = Templates(templates_dir, app.url_path_for)
     context = _build_context(app, db_path, agent, templates, max_message_chars, redact, max_turns)
     app.state.web = context
     app.router.lifespan_context = _lifespan(context)
