@@ -18,6 +18,9 @@ async def test_empty_home_has_the_composer_and_the_chat_list(web_client_factory:
     assert len(label) == 1
     area = page.find("textarea", id=label[0].attrs["for"] or "")
     assert area.attrs["name"] == "text"
+    # Nothing else is labelled like it (a "Messages" region made get_by_label ambiguous).
+    labelled = [n.attrs["aria-label"] for n in page.iter() if n.attrs.get("aria-label")]
+    assert not [name for name in labelled if "message" in (name or "").lower()]
     composer = form_of(buttons(page, "Send")[0])
     # Without a chat, the first message creates one.
     assert composer.attrs["action"] == "/chats"
