@@ -1,0 +1,99 @@
+"""kill -9 in the middle of a reply, restart on the same file: the run resumes and completes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+from webhelpers import parse_html, replies, reply_text
+
+ROOT = Path(__file__).resolve().parents[2]
+COUNT = 400
+EXPECTED = " ".join(str(i) for i in range(1, COUNT + 1))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def server(db: Path, port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "WEBAPP_TOKEN"):
+        env.pop(name, None)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "webapp", "--port", str(port), "--db", str(db)]
+            + ["--offline-delay", "0.01"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+                break
+            except httpx.TransportError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"server did not start:\n{log.read_text()}") from None
+                time.sleep(0.05)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+
+
+def reply_now(http: httpx.Client, chat_id: str) -> tuple[str, str, str]:
+    page = parse_html(http.get(f"/chats/{chat_id}").text)
+    (reply,) = replies(page)
+    return reply.attrs["data-run-id"] or "", reply.attrs["data-status"] or "", reply_text(reply)
+
+
+def test_kill_9_mid_run_then_restart_completes_the_same_run(tmp_path: Path):
+    db, port, log = tmp_path / "chat.db", free_port(), tmp_path / "server.log"
+    base = f"http://127.0.0.1:{port}"
+    with server(db, port, log) as proc, httpx.Client(base_url=base, timeout=5) as http:
+        chat_id = http.post("/chats").headers["location"].rsplit("/", 1)[1]
+        http.post(f"/chats/{chat_id}/messages", data={"text": f"count to {COUNT}"})
+        deadline = time.monotonic() + 10
+        while True:
+            run_id, status, text = reply_now(http, chat_id)
+            if len(text.split()) >= 20:
+                break
+            assert time.monotonic() < deadline, "the reply did not start streaming"
+            time.sleep(0.05)
+        assert status == "streaming"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=5)
+    with server(db, port, log), httpx.Client(base_url=base, timeout=5) as http:
+        # Reopened: the same run, streaming again, and then complete -- exactly once.
+        deadline = time.monotonic() + 30
+        while True:
+            again, status, text = reply_now(http, chat_id)
+            assert again == run_id
+            if status == "completed":
+                break
+            assert status == "streaming", status
+            assert time.monotonic() < deadline, "the resumed run did not complete"
+            time.sleep(0.1)
+        assert text == EXPECTED
+        page = parse_html(http.get(f"/chats/{chat_id}").text)
+        assert len(page.find_all(data_role="user")) == 1
+        assert len(page.find_all(data_role="assistant")) == 1
