@@ -77,10 +77,28 @@ def start_app(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[AppFac
             print(f"----- server log ({server.log_path}) -----\n{server.log()}")
 
 
+@pytest.fixture(scope="module")
+def shared_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+    """One offline app per test module: starting a server per test costs ~1-2 s each.
+
+    Tests sharing it stay independent by working in a chat of their own (New chat);
+    a test that needs a clean chat list, a kill or other flags uses `start_app`.
+    """
+    directory = tmp_path_factory.mktemp("shared-app")
+    server = AppServer(
+        port=free_port(), db=directory / "chat.db", log_path=directory / "server.log"
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
-def app(start_app: AppFactory) -> AppServer:
+def app(shared_app: AppServer, request: pytest.FixtureRequest) -> Iterator[AppServer]:
     """The app with the offline model and a 10 ms delay between chunks."""
-    return start_app()
+    yield shared_app
+    if _failed(request):
+        print(f"----- server log ({shared_app.log_path}) -----\n{shared_app.log()}")
 
 
 def _new_context(browser: Browser, base_url: str, **options: object) -> BrowserContext:

@@ -9,12 +9,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+import pytest
 from playwright.sync_api import Dialog, Page, expect
 
-from .harness import AppServer
+from .harness import AppFactory, AppServer
 from .ui import button, open_new_chat, send_and_wait
 
 NAV = "nav[aria-label=Chats]"
+
+
+@pytest.fixture
+def app(start_app: AppFactory) -> AppServer:
+    """A server per test: these tests count the chats in the list."""
+    return start_app()
 
 
 def _two_chats(page: Page) -> tuple[str, str]:

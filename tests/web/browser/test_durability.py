@@ -40,7 +40,7 @@ def _sample_while_streaming(page: Page, n: int, samples: int, what: str) -> int:
 
 
 def test_reload_mid_stream_continues_without_gap_or_repeat(page: Page) -> None:
-    n = 1000
+    n = 800
     open_new_chat(page)
     send(page, f"count to {n}")
     wait_for_numbers(page, 50)
@@ -64,7 +64,7 @@ def test_reload_mid_stream_continues_without_gap_or_repeat(page: Page) -> None:
 def test_kill_9_mid_run_resumes_after_restart(
     start_app: AppFactory, open_page: Callable[..., Page]
 ) -> None:
-    n = 1500  # ~15 s at 10 ms a chunk: a wide window to kill it mid-run
+    n = 1000  # ~10 s at 10 ms a chunk: a wide window to kill it mid-run
     server = start_app()
     page = open_page(server)
     chat_url = open_new_chat(page)
