@@ -34,7 +34,7 @@ def test_autoscroll_follows_the_stream_until_the_user_scrolls_up(
     page = open_page(app, viewport={"width": 375, "height": 640})
     open_new_chat(page)
     send(page, "count to 1000")
-    wait_for_numbers(page, 300)  # several screens of numbers at 375 px
+    wait_for_numbers(page, 400)  # several screens of numbers at 375 px
     following = _scroll(page)
     assert following["top"] > 0, f"the conversation never scrolled: {following}"
     assert following["fromBottom"] < 80, f"autoscroll is not following the stream: {following}"
