@@ -150,7 +150,6 @@ class RunManager:
         self._latest: dict[str, str] = {}  # chat_id -> run_id of its newest run
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._closing = False
 
     # --- lookup -----------------------------------------------------------------
 
@@ -394,7 +393,6 @@ class RunManager:
 
     async def shutdown(self, timeout: float = 10.0) -> None:
         """Interrupt every live run; their checkpoints resume them on the next start."""
-        self._closing = True
         for state in list(self._runs.values()):
             if state.handle is not None and not state.finished:
                 state.handle.cancel()
