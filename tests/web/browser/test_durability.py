@@ -10,7 +10,9 @@ from playwright.sync_api import Page, expect
 from .harness import AppFactory
 from .ui import (
     assert_contiguous_prefix,
+    button,
     counted,
+    message_box,
     normalized,
     numbers,
     open_new_chat,
@@ -96,3 +98,25 @@ def test_kill_9_mid_run_resumes_after_restart(
     expect(replies(page)).to_have_count(1)
     assert reply_states(page)[0].text == states[0].text
     assert page.url == chat_url
+
+
+def test_send_while_the_server_is_down_shows_an_alert_and_keeps_the_text(
+    start_app: AppFactory, open_page: Callable[..., Page]
+) -> None:
+    server = start_app()
+    page = open_page(server)
+    open_new_chat(page)
+    server.kill()
+    send(page, "are you still there?")
+    expect(page.get_by_role("alert")).to_be_visible()
+    expect(message_box(page)).to_have_value("are you still there?")
+    expect(users(page)).to_have_count(0)
+
+    # Back up: the kept text goes out with one more press, exactly once.
+    server.start()
+    button(page, "Send").click()
+    expect(users(page)).to_have_count(1)
+    wait_status(page, "completed")
+    page.reload()
+    expect(users(page)).to_have_count(1)
+    expect(users(page).first).to_contain_text("are you still there?")
