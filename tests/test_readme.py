@@ -18,7 +18,7 @@ def section(title: str) -> str:
 
 
 def test_quick_start_gives_exactly_two_commands():
-    blocks = re.findall(r"```sh\n(.*?)```", section("Quick start").split("### ")[0], re.S)
+    blocks = re.findall(r"```sh\n(.*?)```", section("Quick start").split("### ")[0], re.DOTALL)
     assert len(blocks) == 2
     assert all(len(b.strip().splitlines()) == 1 for b in blocks)
     assert "python -m webapp" in blocks[0] and "pytest" in blocks[1]
@@ -34,10 +34,23 @@ def test_ci_runs_the_readme_test_command():
 
 def test_every_cli_flag_and_environment_variable_is_documented():
     out = subprocess.run(
-        [sys.executable, "-m", "webapp", "--help"], capture_output=True, text=True, timeout=60, cwd=ROOT
+        [sys.executable, "-m", "webapp", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=True,
     ).stdout
     flags = set(re.findall(r"(--[a-z][a-z-]+)", out)) - {"--help"}
-    assert {"--host", "--port", "--db", "--model", "--base-url", "--api-key", "--offline-delay"} <= flags
+    assert {
+        "--host",
+        "--port",
+        "--db",
+        "--model",
+        "--base-url",
+        "--api-key",
+        "--offline-delay",
+    } <= flags
     table = section("Quick start")
     missing = sorted(f for f in flags if f"`{f}`" not in table)
     assert not missing, f"flags missing from README's command-line table: {missing}"
@@ -52,3 +65,19 @@ def test_configuration_examples_cover_the_usual_servers():
     config = section("Configuration")
     for needle in ("api.openai.com/v1", "localhost:11434/v1", "vllm serve", "llama-server"):
         assert needle in config
+
+
+def test_the_runtime_example_runs_as_written(tmp_path):
+    code = re.search(r"```python\n(.*?)```", section("The runtime, from Python"), re.DOTALL)
+    script = tmp_path / "example.py"
+    script.write_text(code.group(1))
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        check=True,
+    )
+    assert out.stdout.strip() == "12*(3+4) = 84"
+    assert (tmp_path / "chat.db").exists()

@@ -35,7 +35,10 @@ def test_round_trip_through_json(entry):
 
 def test_dict_names_its_type():
     assert entry_to_dict(ToolResultEntry("c", "out")) == {
-        "type": "tool_result", "call_id": "c", "output": "out", "is_error": False
+        "type": "tool_result",
+        "call_id": "c",
+        "output": "out",
+        "is_error": False,
     }
 
 
@@ -64,7 +67,10 @@ def test_drop_dangling_tool_calls_keeps_answered_calls_and_order():
         AssistantEntry("partial"),
     ]
     assert drop_dangling_tool_calls(entries) == [
-        UserEntry("q"), ToolCallEntry("a", "t", "{}"), ToolResultEntry("a", "ok"), AssistantEntry("partial")
+        UserEntry("q"),
+        ToolCallEntry("a", "t", "{}"),
+        ToolResultEntry("a", "ok"),
+        AssistantEntry("partial"),
     ]
 
 

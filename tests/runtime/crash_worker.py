@@ -64,7 +64,10 @@ async def main() -> None:
     agent = Agent("worker", model=model, tools=[record, explode, hang])
     async with SQLiteSession(DB, wal=True) as session, SQLiteCheckpointer(DB, wal=True) as cp:
         result = await Runner.run(
-            agent, "do the job", session=session, session_id="job-chat",
+            agent,
+            "do the job",
+            session=session,
+            session_id="job-chat",
             checkpoint=CheckpointOptions(cp, "job-42"),
         )
     print(json.dumps({"output": result.output, "model_calls": len(model.requests)}), flush=True)

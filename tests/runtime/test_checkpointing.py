@@ -44,8 +44,12 @@ class SpyCheckpointer(InMemoryCheckpointer):
 async def test_saves_at_start_after_each_model_turn_and_each_tool_result():
     cp = SpyCheckpointer()
     model = ScriptedModel([[("record", {"tag": "a"}), ("record", {"tag": "b"})], "done"])
-    await Runner.run(Agent("a", model=model, tools=[record]), "go", checkpoint=CheckpointOptions(cp, "r"))
-    shapes = [([type(e).__name__ for e in entries], head.status, head.turns) for entries, head in cp.saves]
+    await Runner.run(
+        Agent("a", model=model, tools=[record]), "go", checkpoint=CheckpointOptions(cp, "r")
+    )
+    shapes = [
+        ([type(e).__name__ for e in entries], head.status, head.turns) for entries, head in cp.saves
+    ]
     assert shapes == [
         (["UserEntry"], "running", 0),  # the input is durable before the model is called
         (["ToolCallEntry", "ToolCallEntry"], "running", 1),
@@ -76,7 +80,16 @@ async def test_completed_run_replays_without_touching_the_model(stores):
         tools=[record],
         output_guardrails=[lambda c, o: guard_calls.append(o)],
     )
-    events = [e async for e in Runner.stream(replay_agent, "new input is ignored", session=stores.session, session_id="s", checkpoint=opts)]
+    events = [
+        e
+        async for e in Runner.stream(
+            replay_agent,
+            "new input is ignored",
+            session=stores.session,
+            session_id="s",
+            checkpoint=opts,
+        )
+    ]
     assert [type(e) for e in events] == [RunCompleted]  # only the terminal event again
     again = events[0].result
     assert again.output == first.output == "answer"
@@ -105,11 +118,19 @@ async def test_replay_heals_a_crash_between_checkpoint_completed_and_session_app
     session = FlakySession(stores.session)
     opts = CheckpointOptions(stores.checkpointer, "heal-1")
     with pytest.raises(OSError, match="disk went away"):
-        await Runner.run(Agent("a", model=ScriptedModel(["kept"])), "q", session=session, session_id="s", checkpoint=opts)
+        await Runner.run(
+            Agent("a", model=ScriptedModel(["kept"])),
+            "q",
+            session=session,
+            session_id="s",
+            checkpoint=opts,
+        )
     assert (await stores.checkpointer.load("heal-1")).status == "completed"
     assert await stores.session.segments("s") == []
 
-    result = await Runner.run(Agent("a", model=ScriptedModel([])), "q", session=session, session_id="s", checkpoint=opts)
+    result = await Runner.run(
+        Agent("a", model=ScriptedModel([])), "q", session=session, session_id="s", checkpoint=opts
+    )
     assert result.output == "kept"
     assert await stores.session.load("s") == [UserEntry("q"), AssistantEntry("kept")]
 
@@ -120,20 +141,29 @@ async def test_restart_discards_the_stored_run(stores):
     model = ScriptedModel(["second"])
     result = await Runner.run(Agent("a", model=model), "two", checkpoint=opts)
     assert result.output == "second" and model.requests == [[UserEntry("two")]]
-    assert (await stores.checkpointer.load("r")).entries == [UserEntry("two"), AssistantEntry("second")]
+    assert (await stores.checkpointer.load("r")).entries == [
+        UserEntry("two"),
+        AssistantEntry("second"),
+    ]
 
 
 async def test_fail_policy_refuses_an_existing_run_and_leaves_it_untouched(stores):
-    await Runner.run(Agent("a", model=ScriptedModel(["x"])), "one", checkpoint=CheckpointOptions(stores.checkpointer, "r"))
+    await Runner.run(
+        Agent("a", model=ScriptedModel(["x"])),
+        "one",
+        checkpoint=CheckpointOptions(stores.checkpointer, "r"),
+    )
     with pytest.raises(UserError, match="already exists"):
         await Runner.run(
-            Agent("a", model=ScriptedModel(["y"])), "two",
+            Agent("a", model=ScriptedModel(["y"])),
+            "two",
             checkpoint=CheckpointOptions(stores.checkpointer, "r", if_run_exists="fail"),
         )
     assert (await stores.checkpointer.load("r")).status == "completed"
     # and with nothing stored it simply starts
     out = await Runner.run(
-        Agent("a", model=ScriptedModel(["z"])), "three",
+        Agent("a", model=ScriptedModel(["z"])),
+        "three",
         checkpoint=CheckpointOptions(stores.checkpointer, "fresh", if_run_exists="fail"),
     )
     assert out.output == "z"
@@ -142,7 +172,8 @@ async def test_fail_policy_refuses_an_existing_run_and_leaves_it_untouched(store
 async def test_resume_only_needs_a_stored_run(stores):
     with pytest.raises(UserError, match="no stored run 'ghost'"):
         await Runner.run(
-            Agent("a", model=ScriptedModel(["x"])), [],
+            Agent("a", model=ScriptedModel(["x"])),
+            [],
             checkpoint=CheckpointOptions(stores.checkpointer, "ghost", if_run_exists="resume_only"),
         )
     assert await stores.checkpointer.load("ghost") is None
@@ -157,8 +188,11 @@ async def test_cancel_keeps_partial_text_marks_interrupted_and_resume_finishes(s
     words = " ".join(str(i) for i in range(1, 201))
     opts = CheckpointOptions(stores.checkpointer, "c1")
     handle = Runner.stream(
-        Agent("a", model=ScriptedModel([words], chunk_delay=0.005)), "count",
-        session=stores.session, session_id="s", checkpoint=opts,
+        Agent("a", model=ScriptedModel([words], chunk_delay=0.005)),
+        "count",
+        session=stores.session,
+        session_id="s",
+        checkpoint=opts,
     )
     seen = ""
     async for event in handle:
@@ -178,7 +212,9 @@ async def test_cancel_keeps_partial_text_marks_interrupted_and_resume_finishes(s
     assert await stores.session.segments("s") == []  # not written to the session
 
     model = ScriptedModel([words])
-    result = await Runner.run(Agent("a", model=model), "ignored", session=stores.session, session_id="s", checkpoint=opts)
+    result = await Runner.run(
+        Agent("a", model=model), "ignored", session=stores.session, session_id="s", checkpoint=opts
+    )
     assert result.output == words
     assert model.requests == [[UserEntry("count")]]  # original input, new one ignored
     assert len(await stores.session.segments("s")) == 1
@@ -196,7 +232,8 @@ async def test_cancel_interrupts_a_running_tool_promptly():
 
     cp = InMemoryCheckpointer()
     handle = Runner.stream(
-        Agent("a", model=ScriptedModel([[("slow", {})]]), tools=[slow]), "go",
+        Agent("a", model=ScriptedModel([[("slow", {})]]), tools=[slow]),
+        "go",
         checkpoint=CheckpointOptions(cp, "t"),
     )
     await asyncio.wait_for(started.wait(), 5)
@@ -217,13 +254,17 @@ async def test_resume_reruns_only_dangling_calls_with_their_turn_number(stores):
     dangling = ToolCallEntry("c-dangling", "record", json.dumps({"tag": "again"}))
     head = RunHead(agent_name="a", turns=1)
     await stores.checkpointer.append(
-        "crashed", [UserEntry("go"), done, dangling, ToolResultEntry("c-done", "recorded done")], head
+        "crashed",
+        [UserEntry("go"), done, dangling, ToolResultEntry("c-done", "recorded done")],
+        head,
     )
     model = ScriptedModel(["finished"])
     events = []
     handle = Runner.stream(
-        Agent("a", model=model, tools=[record]), "ignored",
-        session=stores.session, session_id="s",
+        Agent("a", model=model, tools=[record]),
+        "ignored",
+        session=stores.session,
+        session_id="s",
         checkpoint=CheckpointOptions(stores.checkpointer, "crashed"),
     )
     events = [e async for e in handle]
@@ -239,7 +280,8 @@ async def test_resume_from_a_snapshot_the_caller_loaded(stores):
     await stores.checkpointer.append("r9", [UserEntry("hello")], RunHead(agent_name="a"))
     snapshot = await stores.checkpointer.load("r9")
     result = await Runner.run(
-        Agent("a", model=ScriptedModel(["hi"])), [],
+        Agent("a", model=ScriptedModel(["hi"])),
+        [],
         checkpoint=CheckpointOptions(stores.checkpointer, "r9", resume_from=snapshot),
     )
     assert result.entries == [UserEntry("hello"), AssistantEntry("hi")]
@@ -254,7 +296,13 @@ async def test_resume_from_must_match_run_id():
 
 async def test_delete_on_success_removes_the_snapshot(stores):
     opts = CheckpointOptions(stores.checkpointer, "d", delete_on_success=True)
-    await Runner.run(Agent("a", model=ScriptedModel(["ok"])), "go", session=stores.session, session_id="s", checkpoint=opts)
+    await Runner.run(
+        Agent("a", model=ScriptedModel(["ok"])),
+        "go",
+        session=stores.session,
+        session_id="s",
+        checkpoint=opts,
+    )
     assert await stores.checkpointer.load("d") is None
     assert await stores.session.load("s") == [UserEntry("go"), AssistantEntry("ok")]
 
@@ -262,7 +310,9 @@ async def test_delete_on_success_removes_the_snapshot(stores):
 async def test_failed_run_is_resumable(stores):
     opts = CheckpointOptions(stores.checkpointer, "f")
     with pytest.raises(TimeoutError):
-        await Runner.run(Agent("a", model=ScriptedModel([TimeoutError("slow endpoint")])), "go", checkpoint=opts)
+        await Runner.run(
+            Agent("a", model=ScriptedModel([TimeoutError("slow endpoint")])), "go", checkpoint=opts
+        )
     assert (await stores.checkpointer.load("f")).status == "failed"
     result = await Runner.run(Agent("a", model=ScriptedModel(["recovered"])), [], checkpoint=opts)
     assert result.output == "recovered"
@@ -275,7 +325,13 @@ async def test_resume_reloads_history_and_rerenders_instructions(stores):
     renders = []
     model = ScriptedModel(["done"])
     agent = Agent("a", instructions=lambda ctx: renders.append(ctx.run_id) or "sys", model=model)
-    await Runner.run(agent, [], session=stores.session, session_id="s", checkpoint=CheckpointOptions(stores.checkpointer, "r"))
+    await Runner.run(
+        agent,
+        [],
+        session=stores.session,
+        session_id="s",
+        checkpoint=CheckpointOptions(stores.checkpointer, "r"),
+    )
     assert renders == ["r"]
     assert model.requests[0] == [UserEntry("earlier"), AssistantEntry("answer"), UserEntry("now")]
 
@@ -283,7 +339,9 @@ async def test_resume_reloads_history_and_rerenders_instructions(stores):
 async def test_resume_through_the_handoff_graph_and_missing_agent(stores, caplog):
     billing = Agent("billing", model=ScriptedModel(["billing resumed"]))
     triage = Agent("triage", model=ScriptedModel([]), handoffs=[billing])
-    await stores.checkpointer.append("h", [UserEntry("refund")], RunHead(agent_name="billing", turns=1))
+    await stores.checkpointer.append(
+        "h", [UserEntry("refund")], RunHead(agent_name="billing", turns=1)
+    )
     result = await Runner.run(triage, [], checkpoint=CheckpointOptions(stores.checkpointer, "h"))
     assert result.final_agent is billing and result.output == "billing resumed"
 
@@ -293,11 +351,14 @@ async def test_resume_through_the_handoff_graph_and_missing_agent(stores, caplog
         await Runner.run(triage, [], checkpoint=CheckpointOptions(stores.checkpointer, "gone"))
     # ...but a completed one still replays, reporting the entry agent
     await stores.checkpointer.append(
-        "old", [UserEntry("x"), AssistantEntry("y")],
+        "old",
+        [UserEntry("x"), AssistantEntry("y")],
         RunHead(agent_name="retired", status="completed", output="y"),
     )
     with caplog.at_level(logging.WARNING, logger="webapp.runtime"):
-        replayed = await Runner.run(triage, [], checkpoint=CheckpointOptions(stores.checkpointer, "old"))
+        replayed = await Runner.run(
+            triage, [], checkpoint=CheckpointOptions(stores.checkpointer, "old")
+        )
     assert replayed.output == "y" and replayed.final_agent is triage
     assert "retired" in caplog.text
 
@@ -306,7 +367,11 @@ async def test_caller_cancelling_runner_run_cancels_the_run():
     cp = InMemoryCheckpointer()
     words = " ".join(["w"] * 500)
     task = asyncio.create_task(
-        Runner.run(Agent("a", model=ScriptedModel([words], chunk_delay=0.01)), "go", checkpoint=CheckpointOptions(cp, "x"))
+        Runner.run(
+            Agent("a", model=ScriptedModel([words], chunk_delay=0.01)),
+            "go",
+            checkpoint=CheckpointOptions(cp, "x"),
+        )
     )
     await asyncio.sleep(0.1)
     task.cancel()
@@ -330,7 +395,9 @@ class SlowCheckpointer(InMemoryCheckpointer):
 async def test_cancel_during_a_save_neither_loses_nor_reorders_it():
     cp = SlowCheckpointer()
     model = ScriptedModel([[("record", {"tag": "x"})], "never"])
-    handle = Runner.stream(Agent("a", model=model, tools=[record]), "go", checkpoint=CheckpointOptions(cp, "s"))
+    handle = Runner.stream(
+        Agent("a", model=model, tools=[record]), "go", checkpoint=CheckpointOptions(cp, "s")
+    )
     async for event in handle:
         if isinstance(event, RunStarted):
             # saves: after the model turn (0-0.2 s), after the tool result (0.2-0.4 s)
@@ -338,4 +405,8 @@ async def test_cancel_during_a_save_neither_loses_nor_reorders_it():
             handle.cancel()
     snapshot = await cp.load("s")
     assert snapshot.status == "interrupted"  # the interrupt was written last
-    assert [type(e).__name__ for e in snapshot.entries] == ["UserEntry", "ToolCallEntry", "ToolResultEntry"]
+    assert [type(e).__name__ for e in snapshot.entries] == [
+        "UserEntry",
+        "ToolCallEntry",
+        "ToolResultEntry",
+    ]

@@ -17,7 +17,9 @@ def dump() -> str:
 
 async def test_long_outputs_are_archived_shortened_for_the_model_and_recallable(stores, tmp_path):
     policy = ContextPolicy(result_store=FileResultStore(tmp_path / "archive"), max_view_chars=100)
-    model = ScriptedModel([[("dump", {})], "summary", [("recall_tool_result", {"call_id": "PLACEHOLDER"})], "ok"])
+    model = ScriptedModel(
+        [[("dump", {})], "summary", [("recall_tool_result", {"call_id": "PLACEHOLDER"})], "ok"]
+    )
     agent = Agent("a", model=model, tools=[dump], context_policy=policy)
     first = await Runner.run(agent, "dump it", session=stores.session, session_id="s")
     call_id = first.entries[1].call_id
@@ -43,7 +45,12 @@ async def test_long_outputs_are_archived_shortened_for_the_model_and_recallable(
 
 async def test_context_state_rides_in_the_head_and_the_segment_meta(stores, tmp_path):
     policy = ContextPolicy(result_store=FileResultStore(tmp_path / "a"))
-    agent = Agent("a", model=ScriptedModel([[("dump", {})], "x", [("dump", {})], "y"]), tools=[dump], context_policy=policy)
+    agent = Agent(
+        "a",
+        model=ScriptedModel([[("dump", {})], "x", [("dump", {})], "y"]),
+        tools=[dump],
+        context_policy=policy,
+    )
     await Runner.run(agent, "one", session=stores.session, session_id="s")
     await Runner.run(agent, "two", session=stores.session, session_id="s")
     metas = [s.meta for s in await stores.session.segments("s")]
@@ -52,6 +59,10 @@ async def test_context_state_rides_in_the_head_and_the_segment_meta(stores, tmp_
 
 async def test_recall_of_an_unarchived_call_is_an_error_result(tmp_path):
     policy = ContextPolicy(result_store=FileResultStore(tmp_path))
-    agent = Agent("a", model=ScriptedModel([[("recall_tool_result", {"call_id": "../../etc/passwd"})], "no"]), context_policy=policy)
+    agent = Agent(
+        "a",
+        model=ScriptedModel([[("recall_tool_result", {"call_id": "../../etc/passwd"})], "no"]),
+        context_policy=policy,
+    )
     result = await Runner.run(agent, "x", session_id="s")
     assert result.entries[2].is_error and "no archived output" in result.entries[2].output

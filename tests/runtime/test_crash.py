@@ -22,7 +22,10 @@ def start(db: Path, log: Path, mode: str, turns: list) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
         [sys.executable, str(WORKER), str(db), str(log), mode, json.dumps(turns)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
 
 
@@ -35,13 +38,16 @@ def stored(db: Path):
     async def read():
         async with SQLiteSession(db, wal=True) as s, SQLiteCheckpointer(db, wal=True) as cp:
             return await s.segments("job-chat"), await cp.load("job-42")
+
     return asyncio.run(read())
 
 
 def log_lines(log: Path) -> list[tuple[str, int, int]]:
     if not log.exists():
         return []
-    return [(n, int(t), int(p)) for n, t, p in (line.split() for line in log.read_text().splitlines())]
+    return [
+        (n, int(t), int(p)) for n, t, p in (line.split() for line in log.read_text().splitlines())
+    ]
 
 
 def test_os_exit_in_a_tool_then_resubmit_finishes_and_replays(tmp_path):
@@ -102,5 +108,10 @@ def test_sigkill_during_a_tool_then_resubmit_finishes(tmp_path):
     segments, _ = stored(db)
     assert len(segments) == 1
     assert [type(e).__name__ for e in segments[0].entries] == [
-        "UserEntry", "ToolCallEntry", "ToolResultEntry", "ToolCallEntry", "ToolResultEntry", "AssistantEntry"
+        "UserEntry",
+        "ToolCallEntry",
+        "ToolResultEntry",
+        "ToolCallEntry",
+        "ToolResultEntry",
+        "AssistantEntry",
     ]

@@ -51,7 +51,9 @@ async def test_atlas_second_run_sees_first_runs_transcript(stores):
     model = ScriptedModel(["Noted: Atlas.", "Your project is called Atlas."])
     agent = Agent("assistant", model=model)
     await Runner.run(agent, "My project is called Atlas.", session=stores.session, session_id="u1")
-    result = await Runner.run(agent, "What is my project called?", session=stores.session, session_id="u1")
+    result = await Runner.run(
+        agent, "What is my project called?", session=stores.session, session_id="u1"
+    )
 
     assert result.output == "Your project is called Atlas."
     assert model.requests[1] == [
@@ -197,7 +199,9 @@ async def test_output_guardrail_fails_the_run_and_the_checkpoint(stores):
 
 async def test_sync_guardrail_that_passes():
     checked = []
-    agent = Agent("a", model=ScriptedModel(["fine"]), output_guardrails=[lambda c, o: checked.append(o)])
+    agent = Agent(
+        "a", model=ScriptedModel(["fine"]), output_guardrails=[lambda c, o: checked.append(o)]
+    )
     assert (await Runner.run(agent, "x")).output == "fine"
     assert checked == ["fine"]
 
@@ -234,7 +238,9 @@ async def test_instructions_callable_sees_context():
         return f"You help user {ctx.context['user']}."
 
     model = ScriptedModel(["hello"])
-    await Runner.run(Agent("a", instructions=instructions, model=model), "hi", context={"user": "ada"})
+    await Runner.run(
+        Agent("a", instructions=instructions, model=model), "hi", context={"user": "ada"}
+    )
     assert model.systems == ["You help user ada."]
 
 

@@ -11,8 +11,15 @@ from webapp.transcript import ToolCallEntry
 
 
 @tool
-def search(ctx: RunContext, query: str, limit: int = 5, mode: Literal["fast", "deep"] = "fast",
-           tags: list[str] | None = None, ratio: float = 0.5, exact: bool = False) -> list[str]:
+def search(
+    ctx: RunContext,
+    query: str,
+    limit: int = 5,
+    mode: Literal["fast", "deep"] = "fast",
+    tags: list[str] | None = None,
+    ratio: float = 0.5,
+    exact: bool = False,
+) -> list[str]:
     """Search the notes.
 
     Longer explanation that is not part of the summary.
@@ -32,7 +39,10 @@ def test_schema_from_annotations_and_docstring():
     props = search.parameters["properties"]
     assert "ctx" not in props
     assert props["query"] == {"type": "string", "description": "what to look for"}
-    assert props["limit"] == {"type": "integer", "description": "at most this many hits, counted after filtering"}
+    assert props["limit"] == {
+        "type": "integer",
+        "description": "at most this many hits, counted after filtering",
+    }
     assert props["mode"] == {"enum": ["fast", "deep"]}
     assert props["tags"] == {"type": "array", "items": {"type": "string"}}
     assert props["ratio"] == {"type": "number"} and props["exact"] == {"type": "boolean"}
@@ -56,7 +66,9 @@ async def test_empty_arguments_mean_no_arguments():
         """Ping."""
         return "pong"
 
-    assert (await ping.invoke(RunContext("r", None), ToolCallEntry("c", "ping", ""))).output == "pong"
+    assert (
+        await ping.invoke(RunContext("r", None), ToolCallEntry("c", "ping", ""))
+    ).output == "pong"
     assert ping.parameters == {"type": "object", "properties": {}}
 
 
