@@ -22,7 +22,7 @@ from typing import Any
 
 import aiosqlite
 
-from webapp.stores.sqlite import SQLiteStore
+from webapp.stores.sqlite import SQLiteBacked
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (
@@ -64,16 +64,15 @@ def _chat(row: Any) -> Chat:
     return Chat(str(row[0]), str(row[1]), float(row[2]), float(row[3]), row[4], row[5])
 
 
-class ChatStore:
+class ChatStore(SQLiteBacked):
     """Chat metadata in the shared SQLite file (one connection, group commit)."""
 
-    def __init__(self, path: str | os.PathLike[str], *, wal: bool = True) -> None:
-        self._store = SQLiteStore(
-            path, wal=wal, schema_name="webapp_chats", schema_version=1, schema_sql=_SCHEMA
-        )
+    SCHEMA_NAME = "webapp_chats"
+    SCHEMA_VERSION = 1
+    SCHEMA_SQL = _SCHEMA
 
-    async def close(self) -> None:
-        await self._store.close()
+    def __init__(self, path: str | os.PathLike[str], *, wal: bool = True) -> None:
+        super().__init__(path, wal=wal)  # WAL by default: it shares the file with the stores
 
     async def create(self, title: str = "") -> Chat:
         now = time.time()
