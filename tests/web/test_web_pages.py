@@ -187,3 +187,15 @@ def test_missing_templates_or_static_files_fail_at_build_time(tmp_path):  # type
     for kwargs in ({"templates_dir": tmp_path}, {"static_dir": tmp_path}):
         with pytest.raises(FileNotFoundError, match="pip install -e"):
             create_app(tmp_path / "chat.db", **kwargs)
+
+
+async def test_shutdown_releases_the_endpoint_models_pooled_connections(tmp_path):
+    from webapp.models import OpenAIChatModel
+    from webapp.web import create_app
+
+    model = OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1")
+    app = create_app(tmp_path / "chat.db", model=model)
+    async with app.router.lifespan_context(app):
+        client = model._http()  # the pool a first request would open
+    assert client.is_closed
+    assert model._client is None

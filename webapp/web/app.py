@@ -189,5 +189,8 @@ def _lifespan(context: WebApp) -> Any:
             await context.chats.close()
             await context.session.close()  # type: ignore[attr-defined]
             await context.checkpointer.close()  # type: ignore[attr-defined]
+            close_model = getattr(context.runs.agent.model, "aclose", None)
+            if close_model is not None:
+                await close_model()  # release the endpoint's pooled connections
 
     return lifespan
