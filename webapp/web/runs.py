@@ -284,12 +284,21 @@ class RunManager:
                 meta: dict[str, Any] = {"status": "stopped"}
             else:
                 meta = {"status": "failed", "error": self.error_text(event.error)}
-            await self.session.append(chat_id, entries, run_id=run_id, meta=meta)
-            await self.checkpointer.delete(run_id)
+            await self._keep_ended(chat_id, run_id, entries, meta)
             status: ReplyStatus = "stopped" if isinstance(event, RunCancelled) else "failed"
-            reply = reply_from_entries(run_id, entries[1:], status, meta.get("error"))
+            return reply_from_entries(run_id, entries[1:], status, meta.get("error"))
         await self.chats.end_run(chat_id, run_id)
         return reply
+
+    async def _keep_ended(
+        self, chat_id: str, run_id: str, entries: list[Entry], meta: dict[str, Any]
+    ) -> None:
+        """A stopped or failed run: its tool-consistent entries become a segment under
+        its own run_id, then its checkpoint goes (a resume would write them again)."""
+        if entries:
+            await self.session.append(chat_id, entries, run_id=run_id, meta=meta)
+        await self.checkpointer.delete(run_id)
+        await self.chats.end_run(chat_id, run_id)
 
     def error_text(self, error: BaseException) -> str:
         text = str(error) or type(error).__name__
@@ -334,14 +343,8 @@ class RunManager:
     async def _finish_stop_from_checkpoint(self, chat_id: str, run_id: str) -> None:
         """A stop that a crash interrupted: store what the checkpoint holds as stopped."""
         snapshot = await self.checkpointer.load(run_id)
-        if snapshot is not None:
-            entries = drop_dangling_tool_calls(snapshot.entries)
-            if entries:
-                await self.session.append(
-                    chat_id, entries, run_id=run_id, meta={"status": "stopped"}
-                )
-            await self.checkpointer.delete(run_id)
-        await self.chats.end_run(chat_id, run_id)
+        entries = drop_dangling_tool_calls(snapshot.entries) if snapshot is not None else []
+        await self._keep_ended(chat_id, run_id, entries, {"status": "stopped"})
 
     async def discard(self, chat_id: str, run_ids: list[str]) -> None:
         """Delete checkpoints a rewind undid (chat lock held; no run active)."""
@@ -374,13 +377,13 @@ class RunManager:
             return 0
         user, produced = split_run(snapshot.entries)
         if snapshot.status == "failed":
-            entries = drop_dangling_tool_calls(snapshot.entries)
             error = self.redact(snapshot.head.error or "The run failed.")
-            await self.session.append(
-                chat_id, entries, run_id=run_id, meta={"status": "failed", "error": error}
+            await self._keep_ended(
+                chat_id,
+                run_id,
+                drop_dangling_tool_calls(snapshot.entries),
+                {"status": "failed", "error": error},
             )
-            await self.checkpointer.delete(run_id)
-            await self.chats.end_run(chat_id, run_id)
             return 0
         reply = reply_from_entries(run_id, drop_dangling_tool_calls(produced), "streaming")
         state = self._new_state(chat_id, run_id, user.text if user else "", reply)
