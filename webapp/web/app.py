@@ -33,7 +33,7 @@ from webapp.web.runs import RunManager
 from webapp.web.security import SecurityMiddleware
 from webapp.web.templating import Templates
 from webapp.web.views import chats, messages
-from webapp.web.views.responses import http_exception
+from webapp.web.views.responses import ERROR_TITLES, http_exception
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES_DIR = ROOT / "templates"
@@ -127,9 +127,8 @@ def create_app(
     app.router.lifespan_context = _lifespan(context)
 
     def render_error(status: int, message: str) -> str:
-        titles = {401: "Token required", 403: "Forbidden"}
         return templates.render(
-            "error.html", status=status, title=titles.get(status, "Error"), message=message
+            "error.html", status=status, title=ERROR_TITLES.get(status, "Error"), message=message
         )
 
     app.add_middleware(

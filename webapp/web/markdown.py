@@ -46,7 +46,7 @@ def _validate_link(url: str) -> bool:
     return found.group(1).lower() in _SAFE_SCHEMES
 
 
-def _highlight(code: str, lang: str, _attrs: str) -> str:
+def _highlight(code: str, lang: str) -> str:
     """A highlighted code block with a copy button; ``lang`` is untrusted."""
     name = lang.strip().split()[0] if lang.strip() else ""
     lexer = None
@@ -76,13 +76,13 @@ def _fence(
     self: RendererHTML, tokens: list[Token], idx: int, options: OptionsDict, env: EnvType
 ) -> str:
     token = tokens[idx]
-    return _highlight(token.content, token.info, "")
+    return _highlight(token.content, token.info)
 
 
 def _code_block(
     self: RendererHTML, tokens: list[Token], idx: int, options: OptionsDict, env: EnvType
 ) -> str:
-    return _highlight(tokens[idx].content, "", "")
+    return _highlight(tokens[idx].content, "")
 
 
 def _build() -> MarkdownIt:

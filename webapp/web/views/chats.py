@@ -17,13 +17,14 @@ from webapp.web.forms import (
 )
 from webapp.web.render import UserView, title_from_text
 from webapp.web.views.messages import start_checked
-from webapp.web.views.responses import error_page, is_htmx, redirect, refuse
-
-NO_CHAT = "This chat does not exist. It may have been deleted."
-
-
-async def load_chat(request: Request) -> Chat | None:
-    return await web(request).chats.get(request.path_params["chat_id"])
+from webapp.web.views.responses import (
+    NO_CHAT,
+    error_page,
+    is_htmx,
+    load_chat,
+    redirect,
+    refuse,
+)
 
 
 async def home(request: Request) -> Response:

@@ -21,13 +21,12 @@ from webapp.web.context import WebApp, web
 from webapp.web.forms import FormError, read_message
 from webapp.web.render import UserView, title_from_text
 from webapp.web.runs import RunState
-from webapp.web.views.responses import error_page, is_htmx, refuse
+from webapp.web.views.responses import NO_CHAT, error_page, is_htmx, load_chat, refuse
 
 BUSY = (
     "A reply is still running in this chat. Wait for it to finish or press Stop, "
     "then send again — your text is still in the box."
 )
-NO_CHAT = "This chat does not exist. It may have been deleted."
 NO_MESSAGE = "That message is not in this chat any more. Reload the page to see the chat as it is."
 NOTHING_TO_REGENERATE = "There is no reply to regenerate yet: send a message first."
 
@@ -70,14 +69,10 @@ async def chat_update(request: Request, chat_id: str) -> Response:
     )
 
 
-async def _chat_or_none(request: Request) -> Chat | None:
-    return await web(request).chats.get(request.path_params["chat_id"])
-
-
 async def send(request: Request) -> Response:
     """POST /chats/{chat_id}/messages (fields ``text``, ``client_id``)."""
     app = web(request)
-    chat = await _chat_or_none(request)
+    chat = await load_chat(request)
     if chat is None:
         return await refuse(request, 404, NO_CHAT)
     try:
@@ -106,7 +101,7 @@ def _find_input(segments: list[Segment], run_id: str) -> tuple[int, Segment] | N
 async def edit_form(request: Request) -> Response:
     """GET /chats/{chat_id}/messages/{run_id}/edit: the edit box (fragment or page)."""
     app = web(request)
-    chat = await _chat_or_none(request)
+    chat = await load_chat(request)
     if chat is None:
         return error_page(request, 404, NO_CHAT)
     run_id = request.path_params["run_id"]
@@ -125,7 +120,7 @@ async def edit_form(request: Request) -> Response:
 async def edit(request: Request) -> Response:
     """POST /chats/{chat_id}/messages/{run_id}/edit: rewind to before it, run the new text."""
     app = web(request)
-    chat = await _chat_or_none(request)
+    chat = await load_chat(request)
     if chat is None:
         return await refuse(request, 404, NO_CHAT)
     run_id = request.path_params["run_id"]
@@ -147,7 +142,7 @@ async def edit(request: Request) -> Response:
 async def regenerate(request: Request) -> Response:
     """POST /chats/{chat_id}/regenerate: run the last reply's message again."""
     app = web(request)
-    chat = await _chat_or_none(request)
+    chat = await load_chat(request)
     if chat is None:
         return await refuse(request, 404, NO_CHAT)
     async with app.runs.lock(chat.id):
@@ -194,7 +189,7 @@ async def _rewind_and_start(app: WebApp, chat: Chat, run_id: str, text: str) -> 
 async def stop(request: Request) -> Response:
     """POST /chats/{chat_id}/runs/{run_id}/stop: stop and keep what was produced."""
     app = web(request)
-    chat = await _chat_or_none(request)
+    chat = await load_chat(request)
     if chat is None:
         return await refuse(request, 404, NO_CHAT)
     run_id = request.path_params["run_id"]

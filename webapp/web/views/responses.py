@@ -18,6 +18,13 @@ from webapp.web.chats import Chat
 from webapp.web.context import web
 
 ALERT_TARGET = "#composer-alert"
+NO_CHAT = "This chat does not exist. It may have been deleted."
+ERROR_TITLES = {400: "Bad request", 401: "Token required", 403: "Forbidden", 404: "Not found"}
+
+
+async def load_chat(request: Request) -> Chat | None:
+    """The chat named by the ``chat_id`` path parameter, or None."""
+    return await web(request).chats.get(request.path_params["chat_id"])
 
 
 def is_htmx(request: Request) -> bool:
@@ -70,8 +77,7 @@ async def refuse(
 
 
 def error_page(request: Request, status: int, message: str) -> Response:
-    titles = {400: "Bad request", 401: "Token required", 403: "Forbidden", 404: "Not found"}
-    title = titles.get(status, "Error")
+    title = ERROR_TITLES.get(status, "Error")
     context: dict[str, Any] = {"status": status, "title": title, "message": message}
     return web(request).templates.response("error.html", status_code=status, **context)
 
