@@ -26,6 +26,7 @@ from typing import Any, Union
 
 from webapp.errors import UserError
 from webapp.events import (
+    TERMINAL_EVENTS,
     Event,
     HandoffOccurred,
     ReasoningDelta,
@@ -147,7 +148,7 @@ class RunHandle:
         self._task.add_done_callback(self._ensure_terminal)
 
     def _emit(self, event: Event) -> None:
-        if isinstance(event, (RunCompleted, RunFailed, RunCancelled)):
+        if isinstance(event, TERMINAL_EVENTS):
             self._run.terminal_sent = True
         self._queue.put_nowait(event)
 
@@ -166,7 +167,7 @@ class RunHandle:
     async def _events(self) -> AsyncIterator[Event]:
         while not self._finished:
             event = await self._queue.get()
-            if isinstance(event, (RunCompleted, RunFailed, RunCancelled)):
+            if isinstance(event, TERMINAL_EVENTS):
                 self._finished = True
             yield event
 

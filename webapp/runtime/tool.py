@@ -12,7 +12,7 @@ import inspect
 import json
 import re
 import types
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
@@ -155,6 +155,3 @@ def _schema_for(annotation: Any) -> dict[str, Any]:
     if origin is dict or annotation is dict:
         return {"type": "object"}
     return {}
-
-
-ToolFunction = Callable[..., Any | Awaitable[Any]]

@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from webapp.events import (
+    TERMINAL_EVENTS,
     Event,
     ReasoningDelta,
     RunCancelled,
     RunCompleted,
-    RunFailed,
     TerminalEvent,
     TextDelta,
     ToolCallFinished,
@@ -216,7 +216,7 @@ class RunManager:
             raise RuntimeError(f"run {state.run_id} was launched without a handle")
         try:
             async for event in handle:
-                if isinstance(event, (RunCompleted, RunFailed, RunCancelled)):
+                if isinstance(event, TERMINAL_EVENTS):
                     if not state.terminal.done():
                         state.terminal.set_result(event)
                     break
@@ -404,7 +404,3 @@ class RunManager:
             _, pending = await asyncio.wait(tasks, timeout=timeout)
             for task in pending:
                 task.cancel()
-
-    @property
-    def live_runs(self) -> list[RunState]:
-        return [s for s in self._runs.values() if not s.finished]
