@@ -54,6 +54,7 @@ _TYPES: dict[str, type] = {
     "tool_result": ToolResultEntry,
 }
 _NAMES: dict[type, str] = {cls: name for name, cls in _TYPES.items()}
+ENTRY_TYPES: tuple[type, ...] = tuple(_TYPES.values())  # for isinstance checks
 
 
 def entry_to_dict(entry: Entry) -> dict[str, Any]:

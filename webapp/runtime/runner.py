@@ -54,6 +54,7 @@ from webapp.runtime.tool import RunContext, Tool
 from webapp.stores.checkpoint import RunHead, RunSnapshot
 from webapp.stores.session import Session
 from webapp.transcript import (
+    ENTRY_TYPES,
     AssistantEntry,
     Entry,
     ReasoningEntry,
@@ -248,7 +249,7 @@ class _Run:
         if self.max_turns < 1:
             raise UserError(f"max_turns must be >= 1, got {self.max_turns!r}")
         if isinstance(self.input, (list, tuple)):
-            bad = [e for e in self.input if not isinstance(e, _ENTRY_TYPES)]
+            bad = [e for e in self.input if not isinstance(e, ENTRY_TYPES)]
             if bad:
                 raise UserError(f"input lists must hold transcript entries, got {bad[0]!r}")
         elif not isinstance(self.input, str):
@@ -285,7 +286,6 @@ class _Run:
         )
         self.history = await self._load_history()
         self.call_ids = _call_ids(self.history)
-        self.entries = []
         self.head = replace(self.head, context_state=await self._carried_context_state())
         self._add(new)
         await self._save()  # the user's input is durable at once
@@ -559,9 +559,6 @@ class _Run:
         hooks: RunHooks | None = self.agent.hooks
         if hooks is not None:
             await getattr(hooks, name)(*args)
-
-
-_ENTRY_TYPES = (UserEntry, AssistantEntry, ReasoningEntry, ToolCallEntry, ToolResultEntry)
 
 
 def _call_ids(entries: list[Entry]) -> set[str]:
