@@ -363,6 +363,41 @@ async def test_resume_through_the_handoff_graph_and_missing_agent(stores, caplog
     assert "retired" in caplog.text
 
 
+async def test_two_agents_sharing_a_name_refuse_new_runs_and_resumes(stores):
+    # The bug: a resume continued as whichever "billing" the graph walk met first.
+    refunds = Agent("billing", model=ScriptedModel(["refunds here"]))
+    invoices = Agent("billing", model=ScriptedModel(["invoices here"]))
+    sales = Agent("sales", model=ScriptedModel([]), handoffs=[invoices])
+    triage = Agent("triage", model=ScriptedModel(["hello"]), handoffs=[refunds, sales])
+    models = [a.model for a in (refunds, invoices, sales, triage)]
+
+    with pytest.raises(UserError, match=r"named 'billing'.*unique name"):
+        await Runner.run(triage, "hi", checkpoint=CheckpointOptions(stores.checkpointer, "new"))
+    assert await stores.checkpointer.load("new") is None  # refused before its first save
+
+    await stores.checkpointer.append("r", [UserEntry("refund")], RunHead("billing", turns=1))
+    with pytest.raises(UserError, match=r"named 'billing'.*unique name"):
+        await Runner.run(triage, [], checkpoint=CheckpointOptions(stores.checkpointer, "r"))
+    stored = await stores.checkpointer.load("r")
+    assert stored is not None and stored.status == "running"  # still resumable once fixed
+    assert all(m.requests == [] for m in models)
+
+
+async def test_one_agent_reachable_twice_or_through_a_cycle_is_no_duplicate(stores):
+    billing = Agent("billing", model=ScriptedModel(["billing resumed"]))
+    sales = Agent("sales", model=ScriptedModel([]), handoffs=[billing])
+    triage = Agent("triage", model=ScriptedModel([]), handoffs=[billing, sales])
+    billing.handoffs = [triage]  # a cycle back to the entry agent
+    await stores.checkpointer.append("r", [UserEntry("refund")], RunHead("billing", turns=1))
+    result = await Runner.run(triage, [], checkpoint=CheckpointOptions(stores.checkpointer, "r"))
+    assert result.final_agent is billing and result.output == "billing resumed"
+
+    # ...whereas a distinct agent under a name already taken is refused
+    sales.handoffs = [billing, Agent("triage")]
+    with pytest.raises(UserError, match="named 'triage'"):
+        await Runner.run(triage, "hi")
+
+
 async def test_caller_cancelling_runner_run_cancels_the_run():
     cp = InMemoryCheckpointer()
     words = " ".join(["w"] * 500)

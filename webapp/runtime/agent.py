@@ -66,16 +66,24 @@ class Agent:
     def handoff_tool_name(self) -> str:
         return HANDOFF_PREFIX + self.name
 
-    def find(self, name: str) -> Agent | None:
-        """The agent called ``name`` in this agent's handoff graph (itself included)."""
+    def graph(self) -> list[Agent]:
+        """Every distinct agent reachable through ``handoffs``, this one first.
+
+        Distinct means by identity: an agent reachable along several paths, or
+        through a cycle, is listed once.
+        """
         seen: set[int] = set()
+        found: list[Agent] = []
         queue: list[Agent] = [self]
         while queue:
             agent = queue.pop(0)
             if id(agent) in seen:
                 continue
             seen.add(id(agent))
-            if agent.name == name:
-                return agent
+            found.append(agent)
             queue.extend(agent.handoffs)
-        return None
+        return found
+
+    def find(self, name: str) -> Agent | None:
+        """The agent called ``name`` in this agent's handoff graph (itself included)."""
+        return next((agent for agent in self.graph() if agent.name == name), None)

@@ -20,6 +20,7 @@ import inspect
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Union
@@ -244,6 +245,7 @@ class _Run:
             raise
 
     def _check_arguments(self) -> None:
+        self._check_handoff_graph()
         if self.session is not None and not self.session_id:
             raise UserError("Runner got session= without session_id=; pass the conversation's id")
         if self.max_turns < 1:
@@ -255,6 +257,19 @@ class _Run:
         elif not isinstance(self.input, str):
             raise UserError(
                 f"input must be a string or a list of entries, got {type(self.input).__name__}"
+            )
+
+    def _check_handoff_graph(self) -> None:
+        # A snapshot names its active agent only by name: with two agents of one
+        # name a resume would silently continue as whichever the walk met first.
+        # Checked for every run, not only resumes, so the mistake shows at once.
+        counts = Counter(agent.name for agent in self.entry_agent.graph())
+        duplicated = sorted(name for name, count in counts.items() if count > 1)
+        if duplicated:
+            raise UserError(
+                f"{self.entry_agent.name!r}'s handoff graph has several distinct agents named "
+                f"{', '.join(map(repr, duplicated))}; a run cannot tell which one is active. "
+                "Give each agent a unique name (the same Agent object may appear more than once)"
             )
 
     async def _existing_snapshot(self) -> RunSnapshot | None:
