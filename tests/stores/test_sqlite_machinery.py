@@ -11,7 +11,8 @@ from pathlib import Path
 import aiosqlite
 import pytest
 
-from webapp.stores.sqlite import SQLiteStore, StoreBusyError, split_statements
+from webapp.stores.sqlite import SQLiteStore
+from webapp.stores.sqlite_connection import StoreBusyError
 
 SCHEMA = "CREATE TABLE items (name TEXT PRIMARY KEY, note TEXT);"
 
@@ -235,19 +236,6 @@ async def test_schema_versions_allow_migrations_and_refuse_newer_files(tmp_path:
         await make_store(path, schema_version=3).read(extra)
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT version FROM schema_versions").fetchall() == [(2,)]
-
-
-def test_split_statements_keeps_triggers_and_literals_whole() -> None:
-    sql = """
-    CREATE TABLE t (a TEXT DEFAULT ';');
-    CREATE TRIGGER g AFTER INSERT ON t BEGIN
-        UPDATE t SET a = 'x;y'; DELETE FROM t WHERE a = ';';
-    END;
-    """
-    parts = split_statements(sql)
-    assert len(parts) == 2 and parts[1].startswith("CREATE TRIGGER") and parts[1].endswith("END;")
-    with pytest.raises(ValueError, match="incomplete statement"):
-        split_statements("CREATE TABLE t (a TEXT DEFAULT 'open literal;")
 
 
 def test_a_store_keeps_working_in_a_new_event_loop(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 
 `webapp.stores.sqlite.SQLiteStore` is the shared SQLite machinery (one
 connection, serialized jobs, group commit) behind `SQLiteSession`,
-`SQLiteCheckpointer` and the web app's own tables.
+`SQLiteCheckpointer` and the web app's own tables; opening its file (retries,
+pragmas, schema versions) lives in `webapp.stores.sqlite_connection`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""One SQLite file, one connection, one writer: the machinery every SQLite store shares.
+"""One SQLite file, one connection, one writer: the job queue every SQLite store shares.
 
-`SQLiteStore` owns a single persistent aiosqlite connection and a single
-worker task that is the only code ever touching it. Callers hand it jobs:
+`SQLiteStore` owns a single persistent aiosqlite connection (opened lazily by
+`webapp.stores.sqlite_connection`, which also holds the schema and lock-wait
+rules) and a single worker task that is the only code ever touching it.
+`SQLiteBacked` is the base of a store built on one. Callers hand it jobs:
 
 - ``await store.read(fn)`` runs ``fn(db)`` inside a read transaction, so a
   read of several statements sees one consistent state and never sees a
@@ -29,7 +31,10 @@ Invariants, each named for the failure it prevents:
   retried -- a retried checkpoint append would store a turn twice;
 - bounded waits: SQLite's own busy handler waits up to ``busy_timeout`` per
   attempt, and the store gives up with `StoreBusyError` once ``busy_timeout``
-  has passed overall.
+  has passed overall;
+- a transient open failure is ridden out (``OPEN_RETRY_DELAYS``): only the
+  connect is retried, before any job has run, never a write that may have
+  committed.
 
 Because a batch may be re-run, a write function must only act through the
 ``db`` it is given and keep no state outside it; encode values before calling
@@ -43,33 +48,33 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, ClassVar, Literal, Self, TypeVar
 
 import aiosqlite
+
+from webapp.stores.sqlite_connection import (
+    DbFn,
+    LockWait,
+    Schema,
+    StoreBusyError,
+    is_busy,
+    open_connection,
+    run_transaction,
+)
 
 __all__ = [
     "CommitFailedError",
     "SQLiteBacked",
     "SQLiteStore",
-    "StoreBusyError",
     "StoredDataError",
-    "split_statements",
 ]
 
 T = TypeVar("T")
-DbFn = Callable[[aiosqlite.Connection], Awaitable[Any]]
 
 MAX_BATCH = 256  # writes per transaction; bounds the work a re-run repeats
-_BACKOFF_START = 0.002
-_BACKOFF_MAX = 0.05
-
-
-class StoreBusyError(RuntimeError):
-    """The database stayed locked by another connection past the busy timeout."""
 
 
 class CommitFailedError(RuntimeError):
@@ -101,35 +106,6 @@ class _Job:
             self.result = await self.fn(db)
 
 
-def is_busy(exc: BaseException) -> bool:
-    """True when ``exc`` is SQLITE_BUSY ("database is locked"), a transient lock wait."""
-    if not isinstance(exc, sqlite3.OperationalError):
-        return False
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return (code & 0xFF) == sqlite3.SQLITE_BUSY
-    return "database is locked" in str(exc)
-
-
-def split_statements(sql: str) -> list[str]:
-    """Split a script into complete statements (semicolons inside literals or triggers kept).
-
-    ``executescript`` would COMMIT the open transaction first, so schemas are
-    run one statement at a time inside the store's own transaction instead.
-    """
-    statements: list[str] = []
-    buf = ""
-    for piece in sql.split(";"):
-        buf += piece + ";"
-        if sqlite3.complete_statement(buf):
-            if buf.strip(" \t\r\n;"):
-                statements.append(buf.strip())
-            buf = ""
-    if buf.strip(" \t\r\n;"):
-        raise ValueError(f"schema SQL ends with an incomplete statement: {buf.strip()!r}")
-    return statements
-
-
 class SQLiteStore:
     """A lazily opened SQLite file with one connection, serialized jobs and group commit.
 
@@ -139,6 +115,10 @@ class SQLiteStore:
     SQL that upgrades it to ``v + 1``. Several stores (with different schema
     names) may share one file; pass ``wal=True`` for that or for several
     processes.
+
+    ``OPEN_RETRY_DELAYS`` are the pauses, in seconds, before each new attempt
+    when opening the file fails transiently ("unable to open database file");
+    their sum bounds how long a file that cannot be opened delays its error.
 
     Example -- a table of one's own in the app's database file::
 
@@ -156,6 +136,8 @@ class SQLiteStore:
         changed = await chats.write(rename)
         await chats.close()
     """
+
+    OPEN_RETRY_DELAYS: ClassVar[tuple[float, ...]] = (0.05, 0.1, 0.2, 0.4)
 
     def __init__(
         self,
@@ -181,8 +163,7 @@ class SQLiteStore:
         self.schema_version = schema_version
         self.busy_timeout = busy_timeout
         self.synchronous = synchronous
-        self._schema = split_statements(schema_sql)
-        self._migrations = {v: split_statements(sql) for v, sql in (migrations or {}).items()}
+        self._schema = Schema.parse(schema_name, schema_version, schema_sql, migrations)
         self._db: aiosqlite.Connection | None = None
         self._jobs: deque[_Job] = deque()
         self._worker: asyncio.Task[None] | None = None
@@ -305,97 +286,16 @@ class SQLiteStore:
     # --- opening ----------------------------------------------------------------
 
     async def _connection(self) -> aiosqlite.Connection:
-        if self._db is not None:
-            return self._db
-        folder = os.path.dirname(os.path.abspath(self.path))
-        if (
-            self.path != ":memory:"
-            and not self.path.startswith("file:")
-            and not os.path.isdir(folder)
-        ):
-            # Checked here because a failed aiosqlite connect leaves its thread
-            # reporting to a loop that may be gone.
-            raise sqlite3.OperationalError(
-                f"cannot open SQLite database {self.path!r}: directory {folder!r} does not "
-                "exist; create it or choose another path"
+        if self._db is None:  # a closed or never-opened store opens on its next job
+            self._db = await open_connection(
+                self.path,
+                self._schema,
+                wal=self.wal,
+                busy_timeout=self.busy_timeout,
+                synchronous=self.synchronous,
+                retry_delays=self.OPEN_RETRY_DELAYS,
             )
-        pending = aiosqlite.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
-        # aiosqlite's worker thread is not a daemon, so a store nobody closed
-        # would hang interpreter exit. Every write that returned has committed,
-        # so letting exit stop the thread loses nothing.
-        thread = getattr(pending, "_thread", None)
-        if thread is not None and not thread.is_alive():
-            thread.daemon = True
-        try:
-            db = await pending
-        except sqlite3.Error as exc:
-            raise sqlite3.OperationalError(
-                f"cannot open SQLite database {self.path!r}: {exc}; "
-                "check that the directory exists and is writable"
-            ) from exc
-        try:
-            await self._configure(db)
-            await self._transaction(db, "BEGIN IMMEDIATE", self._apply_schema)
-        except BaseException:
-            await db.close()
-            raise
-        self._db = db
-        return db
-
-    async def _configure(self, db: aiosqlite.Connection) -> None:
-        await db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-        if self.wal:
-            deadline, tries = time.monotonic() + self.busy_timeout, 0
-            while True:
-                try:
-                    rows = await db.execute_fetchall("PRAGMA journal_mode = WAL")
-                    break
-                except sqlite3.OperationalError as exc:
-                    if not is_busy(exc):
-                        raise
-                    tries += 1
-                    await self._backoff(deadline, "switching to WAL mode", tries)
-            mode = str(next(iter(rows))[0]).lower()
-            if mode not in ("wal", "memory"):
-                raise sqlite3.OperationalError(
-                    f"could not switch {self.path!r} to WAL journal mode (it is {mode!r})"
-                )
-        # Set explicitly: an append that has returned must be on disk.
-        await db.execute(f"PRAGMA synchronous = {self.synchronous}")
-
-    async def _apply_schema(self, db: aiosqlite.Connection) -> None:
-        await db.execute(
-            "CREATE TABLE IF NOT EXISTS schema_versions "
-            "(name TEXT PRIMARY KEY, version INTEGER NOT NULL)"
-        )
-        rows = list(
-            await db.execute_fetchall(
-                "SELECT version FROM schema_versions WHERE name = ?", (self.schema_name,)
-            )
-        )
-        found = int(rows[0][0]) if rows else None
-        if found is None:
-            for statement in self._schema:
-                await db.execute(statement)
-        elif found > self.schema_version:
-            raise sqlite3.OperationalError(
-                f"{self.path!r} holds {self.schema_name!r} schema version {found}, newer than "
-                f"this code's {self.schema_version}; upgrade the application to open it"
-            )
-        else:
-            for version in range(found, self.schema_version):
-                if version not in self._migrations:
-                    raise sqlite3.OperationalError(
-                        f"no migration for {self.schema_name!r} from schema version {version} "
-                        f"to {version + 1} in {self.path!r}"
-                    )
-                for statement in self._migrations[version]:
-                    await db.execute(statement)
-        await db.execute(
-            "INSERT INTO schema_versions (name, version) VALUES (?, ?) "
-            "ON CONFLICT (name) DO UPDATE SET version = excluded.version",
-            (self.schema_name, self.schema_version),
-        )
+        return self._db
 
     # --- reads ------------------------------------------------------------------
 
@@ -406,12 +306,13 @@ class SQLiteStore:
                 job.result = await self._retrying(db, job)
             elif job.fn is not None:
                 # DEFERRED: a read transaction, so several statements see one state.
-                job.result = await self._transaction(db, "BEGIN", job.fn)
+                wait = LockWait(self.path, self.busy_timeout)
+                job.result = await run_transaction(db, "BEGIN", job.fn, wait)
         except Exception as exc:  # noqa: BLE001 -- the reader's own error, handed back to it
             job.error = exc
 
     async def _retrying(self, db: aiosqlite.Connection, job: _Job) -> Any:
-        deadline, tries = time.monotonic() + self.busy_timeout, 0
+        wait = LockWait(self.path, self.busy_timeout)
         while True:
             try:
                 await job.run(db)
@@ -419,37 +320,7 @@ class SQLiteStore:
             except sqlite3.OperationalError as exc:
                 if not is_busy(exc):
                     raise
-            tries += 1
-            await self._backoff(deadline, "reading", tries)
-
-    async def _transaction(self, db: aiosqlite.Connection, begin: str, fn: DbFn) -> Any:
-        """Run ``fn`` in its own transaction, retrying lock failures until the deadline."""
-        deadline, tries = time.monotonic() + self.busy_timeout, 0
-        while True:
-            try:
-                await db.execute(begin)
-                try:
-                    result = await fn(db)
-                    await db.execute("COMMIT")
-                    return result
-                finally:
-                    if db.in_transaction:
-                        await db.execute("ROLLBACK")
-            except sqlite3.OperationalError as exc:
-                if not is_busy(exc):
-                    raise
-            tries += 1
-            await self._backoff(deadline, "running a transaction", tries)
-
-    async def _backoff(self, deadline: float, doing: str, tries: int) -> None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise StoreBusyError(
-                f"{self.path!r} stayed locked by another connection for more than "
-                f"{self.busy_timeout:g} s while {doing}; nothing was written. Another process "
-                "may hold a long transaction: retry later or raise busy_timeout."
-            )
-        await asyncio.sleep(min(_BACKOFF_MAX, remaining, _BACKOFF_START * 2 ** min(tries, 10)))
+            await wait.pause("reading")
 
     # --- writes -----------------------------------------------------------------
 
@@ -460,8 +331,8 @@ class SQLiteStore:
         except Exception as exc:  # noqa: BLE001 -- every writer learns why the file won't open
             self._fail(jobs, exc)
             return
-        deadline = time.monotonic() + self.busy_timeout
-        isolate, tries = False, 0
+        wait = LockWait(self.path, self.busy_timeout)
+        isolate = False
         pending = list(jobs)
         while pending:
             try:
@@ -475,9 +346,8 @@ class SQLiteStore:
                 if isinstance(exc, sqlite3.OperationalError) and not is_busy(exc):
                     self._fail(pending, exc)  # nothing committed; the cause is not a lock
                     return
-                tries += 1
                 try:
-                    await self._backoff(deadline, "writing", tries)
+                    await wait.pause("writing")
                 except StoreBusyError as busy:
                     self._fail(pending, busy)
                     return
@@ -580,12 +450,14 @@ class SQLiteBacked:
     """Base of a store whose tables live in one `SQLiteStore`: the lifecycle, written once.
 
     A subclass names its schema in ``SCHEMA_NAME``, ``SCHEMA_VERSION`` and
-    ``SCHEMA_SQL`` and talks to ``self._store``.
+    ``SCHEMA_SQL`` (plus ``MIGRATIONS``: old version -> the SQL that upgrades
+    it by one) and talks to ``self._store``.
     """
 
     SCHEMA_NAME: str
     SCHEMA_VERSION: int
     SCHEMA_SQL: str
+    MIGRATIONS: ClassVar[Mapping[int, str]] = {}
 
     def __init__(
         self, path: str | os.PathLike[str], *, wal: bool = False, busy_timeout: float = 10.0
@@ -596,6 +468,7 @@ class SQLiteBacked:
             schema_name=self.SCHEMA_NAME,
             schema_version=self.SCHEMA_VERSION,
             schema_sql=self.SCHEMA_SQL,
+            migrations=self.MIGRATIONS,
             busy_timeout=busy_timeout,
         )
 
