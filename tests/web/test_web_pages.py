@@ -44,13 +44,26 @@ async def test_first_message_from_home_creates_a_chat_and_runs(web_client_factor
     assert page.find("h1").norm_text() == "hi"
 
 
-async def test_home_redirects_to_the_most_recent_chat(web_client_factory: MakeClient):
-    client = await web_client_factory(model=ScriptedModel([]))
-    await client.new_chat()
-    second = await client.new_chat()
+async def test_home_is_an_empty_new_chat_even_when_chats_exist(web_client_factory: MakeClient):
+    # Regression: / redirected to the newest chat, so a new user's first message
+    # landed in yesterday's conversation.
+    client = await web_client_factory(model=ScriptedModel(["Old reply", "New reply"]))
+    old = await client.new_chat()
+    await client.send(old, "yesterday's question")
+    await client.wait_idle(old)
     response = await client.http.get("/")
-    assert response.status_code == 303
-    assert response.headers["location"].endswith(f"/chats/{second}")
+    assert response.status_code == 200
+    page = parse_html(response.text)
+    assert messages(page) == []
+    assert page.find("form", id="composer").attrs["action"] == "/chats"
+    links = page.find("nav", aria_label="Chats").find_all("a")
+    assert [a.attrs["href"] for a in links] == [f"/chats/{old}"]  # one click away
+    assert all("aria-current" not in a.attrs for a in links)
+    created = await client.http.post("/chats", data={"text": "a new question", "client_id": "n1"})
+    new = created.headers["location"].rsplit("/", 1)[1]
+    assert new != old
+    await client.wait_idle(new)
+    assert len(await client.web.session.segments(old)) == 1  # the old chat is untouched
 
 
 async def test_new_chat_redirects_and_lists_it(web_client_factory: MakeClient):
@@ -64,7 +77,7 @@ async def test_new_chat_redirects_and_lists_it(web_client_factory: MakeClient):
     # htmx asks for a full navigation instead of a fragment.
     response = await client.http.post("/chats", headers=HX)
     assert response.status_code == 204
-    assert response.headers["HX-Redirect"].startswith("http://testserver/chats/")
+    assert response.headers["HX-Redirect"].startswith("/chats/")
 
 
 async def test_unknown_chat_is_a_404_page(web_client_factory: MakeClient):
@@ -154,7 +167,7 @@ async def test_delete_needs_a_confirm_step_and_removes_everything(web_client_fac
     # ... whose POST deletes.
     response = await client.http.post(post_form.attrs["action"] or "")
     assert response.status_code == 303
-    assert response.headers["location"] == "http://testserver/"
+    assert response.headers["location"] == "/"
     assert await client.web.chats.get(chat_id) is None
     assert await client.web.session.segments(chat_id) == []
     assert (await client.http.get(f"/chats/{chat_id}")).status_code == 404

@@ -20,7 +20,7 @@ from webapp.transcript import (
     UserEntry,
 )
 from webapp.web import create_app
-from webapp.web.chats import ChatStore
+from webapp.web.chat_store import ChatStore
 
 RUN = "0f" * 16
 

@@ -26,7 +26,7 @@ async def test_send_stores_one_segment_and_shows_the_reply(web_client_factory: M
     chat_id = await client.new_chat()
     response = await client.send(chat_id, "Hi!\r\nHow are you?", client_id="m1")
     assert response.status_code == 303
-    assert response.headers["location"] == f"http://testserver/chats/{chat_id}"
+    assert response.headers["location"] == f"/chats/{chat_id}"
     await client.wait_idle(chat_id)
     segments = await client.web.session.segments(chat_id)
     assert len(segments) == 1

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 from starlette.applications import Starlette
 
-from webapp.web.context import WebApp
+from webapp.web.app_state import WebApp
 
 VOID = {
     "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",

@@ -10,6 +10,7 @@ them on the next start, then closes the stores.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -26,18 +27,19 @@ from webapp.runtime.model import Model
 from webapp.stores.sqlite_checkpoint import SQLiteCheckpointer
 from webapp.stores.sqlite_session import SQLiteSession
 from webapp.tools import calculator, current_time
-from webapp.web import sse
-from webapp.web.chats import ChatStore
-from webapp.web.context import WebApp
+from webapp.web.app_state import WebApp
+from webapp.web.assets import STATIC_DIR, TEMPLATES_DIR
+from webapp.web.chat_service import ChatService
+from webapp.web.chat_store import ChatStore
+from webapp.web.fragments import Fragments
 from webapp.web.runs import RunManager
 from webapp.web.security import SecurityMiddleware
 from webapp.web.templating import Templates
-from webapp.web.views import chats, messages
+from webapp.web.views import chats, messages, stream
 from webapp.web.views.responses import ERROR_TITLES, http_exception
 
-ROOT = Path(__file__).resolve().parents[2]
-TEMPLATES_DIR = ROOT / "templates"
-STATIC_DIR = ROOT / "static"
+logger = logging.getLogger("webapp.web")
+
 
 INSTRUCTIONS = (
     "You are a helpful assistant in a chat app. Answer in Markdown. Use the calculator "
@@ -71,7 +73,9 @@ def routes(static_dir: str | os.PathLike[str] = STATIC_DIR) -> list[Route | Moun
             "/chats/{chat_id}/regenerate", messages.regenerate, methods=["POST"], name="regenerate"
         ),
         Route("/chats/{chat_id}/runs/{run_id}/stop", messages.stop, methods=["POST"], name="stop"),
-        Route("/chats/{chat_id}/runs/{run_id}/events", sse.events, methods=["GET"], name="events"),
+        Route(
+            "/chats/{chat_id}/runs/{run_id}/events", stream.events, methods=["GET"], name="events"
+        ),
         Route("/chats/{chat_id}/rename", chats.rename, methods=["POST"], name="rename"),
         Route(
             "/chats/{chat_id}/delete", chats.delete_confirm, methods=["GET"], name="delete_confirm"
@@ -102,7 +106,8 @@ def create_app(
     ``token``: when set, every request needs it (see `webapp.web.security`).
     ``redact``: secrets (an API key) never shown in an error message.
     ``allowed_hosts``: host names the Host header may carry (None: any).
-    ``templates_dir`` / ``static_dir``: default to the checkout's templates/ and static/.
+    ``templates_dir`` / ``static_dir``: default to the installed templates and static
+    files, or the checkout's (see `webapp.web.assets`).
     """
     if max_message_chars < 1:
         raise ValueError(f"max_message_chars must be at least 1, got {max_message_chars!r}")
@@ -117,14 +122,14 @@ def create_app(
         if not Path(folder, "base.html" if name == "templates" else "app.js").is_file():
             raise FileNotFoundError(
                 f"the app's {name} folder {os.fspath(folder)!r} is missing or incomplete; "
-                "install the project with `pip install -e .` from its checkout, or pass "
-                f"{name}_dir="
+                "reinstall webapp (`pip install .`, or `pip install -e .` in a checkout), "
+                f"or pass {name}_dir="
             )
     app = Starlette(routes=routes(static_dir), exception_handlers={HTTPException: http_exception})
     templates = Templates(templates_dir, app.url_path_for)
-    context = _build_context(app, db_path, agent, templates, max_message_chars, redact, max_turns)
-    app.state.web = context
-    app.router.lifespan_context = _lifespan(context)
+    state = _build_state(db_path, agent, templates, max_message_chars, redact, max_turns)
+    app.state.web = state
+    app.router.lifespan_context = _lifespan(state)
 
     def render_error(status: int, message: str) -> str:
         return templates.render(
@@ -137,8 +142,7 @@ def create_app(
     return app
 
 
-def _build_context(
-    app: Starlette,
+def _build_state(
     db_path: str | os.PathLike[str],
     agent: Agent,
     templates: Templates,
@@ -146,6 +150,7 @@ def _build_context(
     redact: Sequence[str],
     max_turns: int,
 ) -> WebApp:
+    """Every part, built bottom-up in one pass: stores, fragments, runs, chat operations."""
     secrets = [s for s in redact if s]
 
     def scrub(text: str) -> str:
@@ -155,40 +160,45 @@ def _build_context(
 
     session = SQLiteSession(db_path, wal=True)
     checkpointer = SQLiteCheckpointer(db_path, wal=True)
-    chat_store = ChatStore(db_path, wal=True)
-    context = WebApp(
-        templates=templates,
-        chats=chat_store,
-        session=session,
-        checkpointer=checkpointer,
-        runs=None,  # type: ignore[arg-type]  # set below: the manager needs the fragments
-        max_message_chars=max_message_chars,
-        model_description=describe_model(agent.model) if agent.model else agent.name,
-    )
-    context.runs = RunManager(
+    store = ChatStore(db_path, wal=True)
+    fragments = Fragments(templates)
+    runs = RunManager(
         agent=agent,
         session=session,
         checkpointer=checkpointer,
-        chats=chat_store,
-        fragments=context.fragments(),
+        chats=store,
+        fragments=fragments,
         redact=scrub,
         max_turns=max_turns,
     )
-    return context
+    return WebApp(
+        chats=ChatService(store=store, session=session, checkpointer=checkpointer, runs=runs),
+        runs=runs,
+        templates=templates,
+        fragments=fragments,
+        store=store,
+        session=session,
+        checkpointer=checkpointer,
+        max_message_chars=max_message_chars,
+        model_description=describe_model(agent.model) if agent.model else agent.name,
+    )
 
 
-def _lifespan(context: WebApp) -> Any:
+def _lifespan(state: WebApp) -> Any:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await context.runs.recover()
+        swept = await state.store.sweep()
+        if swept:
+            logger.warning("removed %d rows of deleted chats left by an earlier process", swept)
+        await state.runs.recover()
         try:
             yield
         finally:
-            await context.runs.shutdown()
-            await context.chats.close()
-            await context.session.close()  # type: ignore[attr-defined]
-            await context.checkpointer.close()  # type: ignore[attr-defined]
-            close_model = getattr(context.runs.agent.model, "aclose", None)
+            await state.runs.shutdown()
+            await state.store.close()
+            await state.session.close()  # type: ignore[attr-defined]
+            await state.checkpointer.close()  # type: ignore[attr-defined]
+            close_model = getattr(state.runs.agent.model, "aclose", None)
             if close_model is not None:
                 await close_model()  # release the endpoint's pooled connections
 

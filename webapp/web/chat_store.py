@@ -10,6 +10,11 @@ in flight in its checkpoint; this table adds what only the web app needs:
   resuming a run the user stopped;
 - the ``sends`` table maps (chat, client message id) to the run it started,
   so a retried POST or a double click never starts a second run.
+
+The file is the app's own, so deleting a chat removes its session segments
+and run checkpoints here too, in the same transaction as its row: a crash
+can never leave half a chat behind. `sweep` removes what older versions
+could leave (segments or checkpoints with no chat to own them).
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import aiosqlite
 
@@ -41,7 +47,13 @@ CREATE TABLE IF NOT EXISTS sends (
     created_at REAL NOT NULL,
     UNIQUE (chat_id, client_id)
 );
+CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);
 """
+
+# The other stores' tables in the same file (webapp.stores.sqlite_session and
+# sqlite_checkpoint): a chat's delete and the start-up sweep reach them here.
+_SESSION_TABLE = "session_segments"
+_CHECKPOINT_TABLES = ("checkpoint_heads", "checkpoint_entries")
 
 _COLUMNS = "id, title, created_at, updated_at, active_run_id, stop_requested_run_id"
 
@@ -68,8 +80,11 @@ class ChatStore(SQLiteBacked):
     """Chat metadata in the shared SQLite file (one connection, group commit)."""
 
     SCHEMA_NAME = "webapp_chats"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2
     SCHEMA_SQL = _SCHEMA
+    MIGRATIONS: ClassVar[Mapping[int, str]] = {
+        1: "CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);"
+    }
 
     def __init__(self, path: str | os.PathLike[str], *, wal: bool = True) -> None:
         super().__init__(path, wal=wal)  # WAL by default: it shares the file with the stores
@@ -119,13 +134,62 @@ class ChatStore(SQLiteBacked):
     async def rename(self, chat_id: str, title: str) -> bool:
         return await self._update(chat_id, "title = ?, updated_at = ?", (title, time.time()))
 
-    async def delete(self, chat_id: str) -> bool:
+    async def delete(self, chat_id: str, run_ids: list[str]) -> bool:
+        """Delete the chat, its sends, its session and the checkpoints of ``run_ids``,
+        in one transaction."""
+
         async def remove(db: aiosqlite.Connection) -> bool:
+            tables = await _existing_tables(db)
+            if _SESSION_TABLE in tables:
+                await db.execute(f"DELETE FROM {_SESSION_TABLE} WHERE session_id = ?", (chat_id,))
+            for table in _CHECKPOINT_TABLES:
+                if table in tables:
+                    await db.executemany(
+                        f"DELETE FROM {table} WHERE run_id = ?", [(r,) for r in run_ids]
+                    )
             await db.execute("DELETE FROM sends WHERE chat_id = ?", (chat_id,))
             cursor = await db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
             return cursor.rowcount > 0
 
         return await self._store.write(remove)
+
+    async def sweep(self) -> int:
+        """Delete segments of chats that no longer exist and checkpoints no chat owes;
+        returns how many rows went. Only safe before any run starts (at start-up)."""
+
+        async def remove(db: aiosqlite.Connection) -> int:
+            tables = await _existing_tables(db)
+            removed = 0
+            if _SESSION_TABLE in tables:
+                cursor = await db.execute(
+                    f"DELETE FROM {_SESSION_TABLE} WHERE session_id NOT IN (SELECT id FROM chats)"
+                )
+                removed += cursor.rowcount
+            for table in _CHECKPOINT_TABLES:
+                if table in tables:
+                    cursor = await db.execute(
+                        f"DELETE FROM {table} WHERE run_id NOT IN (SELECT active_run_id "
+                        "FROM chats WHERE active_run_id IS NOT NULL)"
+                    )
+                    removed += cursor.rowcount
+            return removed
+
+        return await self._store.write(remove)
+
+    async def find_send(self, client_id: str) -> tuple[str, str] | None:
+        """(chat_id, run_id) of the run a client message id started, in any chat."""
+
+        async def select(db: aiosqlite.Connection) -> tuple[str, str] | None:
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT chat_id, run_id FROM sends WHERE client_id = ? "
+                    "ORDER BY created_at LIMIT 1",
+                    (client_id,),
+                )
+            )
+            return (str(rows[0][0]), str(rows[0][1])) if rows else None
+
+        return await self._store.read(select)
 
     async def sent_run(self, chat_id: str, client_id: str) -> str | None:
         """The run a client message id already started, if any."""
@@ -185,3 +249,8 @@ class ChatStore(SQLiteBacked):
             return cursor.rowcount > 0
 
         return await self._store.write(update)
+
+
+async def _existing_tables(db: aiosqlite.Connection) -> set[str]:
+    rows = await db.execute_fetchall("SELECT name FROM sqlite_master WHERE type = 'table'")
+    return {str(r[0]) for r in rows}

@@ -7,11 +7,14 @@ log by index from any position, so a refresh, a dropped connection or a
 second tab continues with no gap and no duplicate, and closing a tab never
 stops the run.
 
-Every change of a chat's run state happens under that chat's asyncio lock:
-start (send, edit, regenerate), stop, and the final bookkeeping of a run
-(session append for stopped/failed runs, checkpoint delete, clearing
-``active_run_id``). So an action taken right after a stop never races it,
-and a run is never started twice in one chat.
+Every change of a chat's run state happens under that chat's asyncio lock,
+which this manager hands out (`lock`): the chat operations of
+`webapp.web.chat_service` hold it to start, stop or discard a run, and a
+run's own task holds it for its final bookkeeping (session append for
+stopped/failed runs, checkpoint delete, clearing ``active_run_id``). So an
+action taken right after a stop never races it, and a run is never started
+twice in one chat. Methods that say "chat lock held" expect the caller to
+hold it.
 
 The log's ``done`` record is appended only after the run's outcome is
 durable, so a client that sees the final reply can act on it at once.
@@ -25,7 +28,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from webapp.events import (
     TERMINAL_EVENTS,
@@ -45,12 +48,10 @@ from webapp.runtime.runner import RunHandle, Runner
 from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.session import Session, new_run_id
 from webapp.transcript import Entry, UserEntry, drop_dangling_tool_calls
-from webapp.web import sse as names
-from webapp.web.chats import ChatStore
-from webapp.web.render import ReplyStatus, ReplyView, reply_from_entries, split_run
-
-if TYPE_CHECKING:
-    from webapp.web.render import ToolCard
+from webapp.web import event_names as names
+from webapp.web.chat_store import ChatStore
+from webapp.web.fragments import Fragments
+from webapp.web.view_models import ReplyStatus, ReplyView, reply_from_entries, split_run
 
 logger = logging.getLogger("webapp.web.runs")
 
@@ -60,17 +61,8 @@ STOP_TIMEOUT = 30.0  # a cancelled run answers within a model chunk or a tool ca
 @dataclass(frozen=True)
 class LogRecord:
     seq: int  # 1-based position in the run's log
-    event: str  # SSE event name (webapp.web.sse)
+    event: str  # SSE event name (webapp.web.event_names)
     data: str  # HTML fragment htmx swaps as is
-
-
-@dataclass(frozen=True)
-class Fragments:
-    """How the run task turns its state into HTML (the app passes templates in)."""
-
-    text: Callable[[str], str]
-    tool_card: Callable[[ToolCard, bool], str]  # (card, out_of_band)
-    final_reply: Callable[[str, ReplyView], str]  # (chat_id, reply)
 
 
 @dataclass
@@ -88,6 +80,7 @@ class RunState:
     finished: bool = False  # the outcome is durable and the `done` record is in the log
     stop_requested: bool = False
     abandoned: bool = False  # cancelled by shutdown: the checkpoint resumes it next start
+    discarded: bool = False  # its chat is being deleted: record nothing
     fresh_text: bool = True  # the next text delta starts a new model turn
     fresh_reasoning: bool = True
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -252,6 +245,10 @@ class RunManager:
         """Make the run's outcome durable, then publish the final reply (chat lock held)."""
         if state.finished or not state.terminal.done():
             return
+        if state.discarded:  # its chat was deleted with everything the run wrote
+            state.finished = True
+            state.append_nothing()
+            return
         event = state.terminal.result()
         if isinstance(event, RunCancelled) and not state.stop_requested:
             # Server shutdown: the checkpoint resumes the run on the next start. No
@@ -314,42 +311,50 @@ class RunManager:
         if state is not None and state.terminal.done() and not state.finished:
             await self._finalize(state)
 
-    # --- stop -----------------------------------------------------------------------
+    # --- stop and discard (chat lock held) --------------------------------------------
 
-    async def stop(self, chat_id: str, run_id: str) -> RunState | None:
-        """Stop a run and keep what it produced; a no-op for a run already finished."""
-        async with self.lock(chat_id):
-            state = self._runs.get(run_id)
-            if state is None or state.chat_id != chat_id:
-                chat = await self.chats.get(chat_id)
-                if chat is not None and chat.active_run_id == run_id:
-                    await self.chats.request_stop(chat_id, run_id)
-                    await self._finish_stop_from_checkpoint(chat_id, run_id)
-                return None
-            if state.finished:
-                return state
-            await self.chats.request_stop(chat_id, run_id)
-            state.stop_requested = True
-            if state.handle is not None:
-                state.handle.cancel()
-            try:
-                await asyncio.wait_for(asyncio.shield(state.terminal), STOP_TIMEOUT)
-            except TimeoutError:
-                logger.error("run %s did not stop within %ss", run_id, STOP_TIMEOUT)
-                return state
-            await self._finalize(state)
-            return state
+    async def stop(self, state: RunState) -> None:
+        """Stop a live run and keep what it produced; a no-op for a finished one."""
+        if state.finished:
+            return
+        await self.chats.request_stop(state.chat_id, state.run_id)
+        state.stop_requested = True
+        if not await self._cancel(state):
+            return
+        await self._finalize(state)
 
-    async def _finish_stop_from_checkpoint(self, chat_id: str, run_id: str) -> None:
-        """A stop that a crash interrupted: store what the checkpoint holds as stopped."""
+    async def stop_orphan(self, chat_id: str, run_id: str) -> None:
+        """A stop for a run the chat owes but no task runs (a crash interrupted it):
+        store what its checkpoint holds as stopped."""
+        await self.chats.request_stop(chat_id, run_id)
         snapshot = await self.checkpointer.load(run_id)
         entries = drop_dangling_tool_calls(snapshot.entries) if snapshot is not None else []
         await self._keep_ended(chat_id, run_id, entries, {"status": "stopped"})
 
-    async def discard(self, chat_id: str, run_ids: list[str]) -> None:
-        """Delete checkpoints a rewind undid (chat lock held; no run active)."""
-        for run_id in run_ids:
-            await self.checkpointer.delete(run_id)
+    async def discard(self, state: RunState) -> None:
+        """Cancel a live run whose chat is being deleted: it records nothing more."""
+        state.discarded = True
+        if not state.finished:
+            await self._cancel(state)
+
+    async def _cancel(self, state: RunState) -> bool:
+        """Cancel the run and wait for its terminal event; False if it did not come."""
+        if state.handle is not None:
+            state.handle.cancel()
+        try:
+            await asyncio.wait_for(asyncio.shield(state.terminal), STOP_TIMEOUT)
+        except TimeoutError:
+            logger.error("run %s did not stop within %ss", state.run_id, STOP_TIMEOUT)
+            return False
+        return True
+
+    def reply_html(self, state: RunState, last: bool = True) -> str:
+        """A run's reply as it is now: streaming from the current position, or final."""
+        if state.finished:
+            return self.fragments.final_reply(
+                state.chat_id, state.reply, last and not state.abandoned
+            )
+        return self.fragments.reply(state.chat_id, state.reply, state.position)
 
     # --- start-up and shutdown --------------------------------------------------------
 
@@ -369,7 +374,7 @@ class RunManager:
 
     async def _recover_one(self, chat_id: str, run_id: str, stop_requested: str | None) -> int:
         if stop_requested == run_id:
-            await self._finish_stop_from_checkpoint(chat_id, run_id)
+            await self.stop_orphan(chat_id, run_id)
             return 0
         snapshot = await self.checkpointer.load(run_id)
         if snapshot is None:

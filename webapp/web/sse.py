@@ -1,4 +1,4 @@
-"""Server-Sent Events: the event names (defined here only) and the run stream endpoint.
+"""Server-Sent Events: a run's log as an event stream, resumable from any position.
 
 Every event's data is an HTML fragment htmx swaps as is, and every event id is
 a position "EPOCH:SEQ" in the run's log. A client resumes from the
@@ -24,27 +24,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
-from sse_starlette import EventSourceResponse, ServerSentEvent
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import Response
+from sse_starlette import ServerSentEvent
 
-if TYPE_CHECKING:
-    from webapp.web.context import WebApp
-    from webapp.web.runs import LogRecord, RunState
+from webapp.web.event_names import COALESCED, DONE, RESET
+from webapp.web.runs import LogRecord, RunManager, RunState
 
 logger = logging.getLogger("webapp.web.sse")
 
-# Event names: the templates' sse-swap attributes use exactly these.
-TEXT = "text"  # escaped text appended to the reply's .content
-REASONING = "reasoning"  # escaped text appended to the reply's reasoning block
-TOOL = "tool"  # a new tool card, or (out of band) a finished one replacing its card
-DONE = "done"  # the final reply, swapped over the streaming one; the stream ends
-RESET = "reset"  # the whole reply as it is now, after a stale position
-
-COALESCED = (TEXT, REASONING)
 MAX_COALESCE = 512  # records per event, so one event stays a reasonable size
 RETRY_MS = 1000  # how soon a browser reconnects after a dropped stream
 PING_SECONDS = 15
@@ -58,7 +45,8 @@ def parse_position(position: str | None) -> tuple[str | None, int]:
     if not position:
         return None, 0
     epoch, sep, seq = position.rpartition(":")
-    if not sep or not epoch or not seq.isdigit() or len(seq) > 12:
+    # isascii() too: str.isdigit() accepts "³" and "①", which int() then rejects.
+    if not sep or not epoch or not (seq.isascii() and seq.isdigit()) or len(seq) > 12:
         return None, 0
     return epoch, int(seq)
 
@@ -83,44 +71,19 @@ def coalesce(records: list[LogRecord], start: int) -> list[tuple[str, str, int]]
     return out
 
 
-async def events(request: Request) -> Response:
-    """GET /chats/{chat_id}/runs/{run_id}/events: a run's log as SSE, from any position."""
-    from webapp.web.context import web  # context -> runs -> this module: import late
-
-    app = web(request)
-    chat_id, run_id = request.path_params["chat_id"], request.path_params["run_id"]
-    state = app.runs.get(run_id)
-    if state is None or state.chat_id != chat_id:
-        # Not live in this process (finished earlier, or before a restart).
-        html = await app.stored_reply_html(chat_id, run_id)
-        if html is None:
-            raise HTTPException(404, f"No run {run_id} in this chat.")
-        return EventSourceResponse(_once(DONE, html), ping=PING_SECONDS)
-    if state.abandoned:
-        # Shutting down with the run still owed: the browser retries, and the next
-        # process (which resumes the run) answers with a reset.
-        return Response(status_code=503, headers={"Retry-After": "1"})
-    position = request.headers.get("last-event-id") or request.query_params.get("after")
-    epoch, seq = parse_position(position)
-    if state.finished and epoch == state.epoch and seq >= state.seq:
-        return Response(status_code=204)  # nothing left: tell the browser to stop
-    return EventSourceResponse(
-        _stream(app, state, epoch, seq), ping=PING_SECONDS, send_timeout=SEND_TIMEOUT
-    )
-
-
-async def _once(event: str, html: str) -> AsyncIterator[ServerSentEvent]:
+async def once(event: str, html: str) -> AsyncIterator[ServerSentEvent]:
     yield ServerSentEvent(html, event=event, retry=RETRY_MS)
 
 
-async def _stream(
-    app: WebApp, state: RunState, epoch: str | None, seq: int
+async def stream(
+    runs: RunManager, state: RunState, epoch: str | None, seq: int
 ) -> AsyncIterator[ServerSentEvent]:
+    """The run's log from position (``epoch``, ``seq``); a stale position gets a reset."""
     try:
         if epoch != state.epoch or seq > state.seq:
             # Synchronous from here to the yield: the fragment is the reply at this position.
             position = state.position
-            html = app.live_reply_html(state)
+            html = runs.reply_html(state)
             yield ServerSentEvent(html, event=RESET, id=position, retry=RETRY_MS)
             return
         first = True

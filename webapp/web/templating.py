@@ -1,4 +1,4 @@
-"""Jinja2 set-up: autoescaped templates, `url_for` and Markdown available everywhere.
+"""Jinja2 set-up: autoescaped templates; `url_for`, Markdown and the SSE event names everywhere.
 
 Fragments are rendered outside any request too (a run's events are rendered
 once, by the run's own task, and sent to every client), so `url_for` here
@@ -14,6 +14,7 @@ from typing import Any
 import jinja2
 from starlette.responses import HTMLResponse
 
+from webapp.web import event_names
 from webapp.web.markdown import render_markdown
 
 UrlFor = Callable[..., str]
@@ -31,6 +32,7 @@ class Templates:
             lstrip_blocks=True,
         )
         self.env.globals["url_for"] = url_for
+        self.env.globals["events"] = event_names
         self.env.filters["markdown"] = render_markdown
 
     def render(self, name: str, **context: Any) -> str:

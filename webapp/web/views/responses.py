@@ -1,9 +1,12 @@
-"""Answers shared by the views: refusals, redirects, and the 404/4xx pages.
+"""What the views share: the chat page, refusals, redirects and the error pages.
 
 A refusal reaches the user the same way whatever sent it: htmx gets the
 alert fragment, retargeted (``HX-Retarget``) to the alert next to the
 composer, and leaves the typed text where it is; a plain form post gets
 the whole chat page with the alert shown and the text back in its box.
+
+Redirects are same-site paths built from the routes (never from the Host
+header), so a forged Host can not steer a browser elsewhere.
 """
 
 from __future__ import annotations
@@ -14,28 +17,105 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from webapp.web.chats import Chat
-from webapp.web.context import web
+from webapp.web.app_state import new_client_id, web
+from webapp.web.chat_service import Conversation
+from webapp.web.chat_store import Chat
 
 ALERT_TARGET = "#composer-alert"
 NO_CHAT = "This chat does not exist. It may have been deleted."
-ERROR_TITLES = {400: "Bad request", 401: "Token required", 403: "Forbidden", 404: "Not found"}
-
-
-async def load_chat(request: Request) -> Chat | None:
-    """The chat named by the ``chat_id`` path parameter, or None."""
-    return await web(request).chats.get(request.path_params["chat_id"])
+BUSY = (
+    "A reply is still running in this chat. Wait for it to finish or press Stop, "
+    "then send again — your text is still in the box."
+)
+ERROR_TITLES = {
+    400: "Bad request",
+    401: "Token required",
+    403: "Forbidden",
+    404: "Not found",
+    408: "Request timeout",
+    409: "Busy",
+    413: "Too large",
+}
 
 
 def is_htmx(request: Request) -> bool:
     return request.headers.get("hx-request", "").lower() == "true"
 
 
-def redirect(request: Request, url: str) -> Response:
+def path_for(request: Request, name: str, **params: str) -> str:
+    """A same-site path for a route: never an absolute URL made from the Host header."""
+    return str(request.app.url_path_for(name, **params))
+
+
+def redirect(request: Request, path: str) -> Response:
     """303 for a plain form; htmx is told to navigate the whole page."""
     if is_htmx(request):
-        return Response(status_code=204, headers={"HX-Redirect": url})
-    return RedirectResponse(url, status_code=303)
+        return Response(status_code=204, headers={"HX-Redirect": path})
+    return RedirectResponse(path, status_code=303)
+
+
+def to_chat(request: Request, chat_id: str) -> Response:
+    return redirect(request, path_for(request, "chat", chat_id=chat_id))
+
+
+async def page_context(request: Request, chat: Chat | None) -> dict[str, Any]:
+    """Everything base.html and chat.html need, except the per-request extras."""
+    app = web(request)
+    conversation = await app.chats.conversation(chat) if chat is not None else None
+    return {
+        "chat": chat,
+        "chats": await app.chats.recent(),
+        "items": conversation.items if conversation else [],
+        "live": conversation.live if conversation else None,
+        "can_regenerate": conversation.can_regenerate if conversation else False,
+        "client_id": new_client_id(),
+        "max_message_chars": app.max_message_chars,
+        "model_description": app.model_description,
+    }
+
+
+def live_position(context: dict[str, Any]) -> str | None:
+    """Where the page's live reply streams from. Call with no await since the context
+    was read: the reply drawn and its position then match."""
+    live = context["live"]
+    return live.position if live is not None and not live.finished else None
+
+
+def render_chat(
+    request: Request,
+    context: dict[str, Any],
+    *,
+    status_code: int = 200,
+    alert: str = "",
+    draft: str = "",
+    editing: str | None = None,
+    edit_draft: str | None = None,
+) -> Response:
+    return web(request).templates.response(
+        "chat.html",
+        status_code=status_code,
+        alert=alert,
+        draft=draft,
+        editing=editing,
+        edit_draft=edit_draft,
+        position=live_position(context),
+        **context,
+    )
+
+
+async def chat_updated(request: Request, conversation: Conversation | Chat) -> Response:
+    """After a change: htmx gets the message list (and fresh composer bits); forms a 303."""
+    chat = conversation.chat if isinstance(conversation, Conversation) else conversation
+    if not is_htmx(request):
+        return to_chat(request, chat.id)
+    context = await page_context(request, chat)
+    return web(request).templates.response(
+        "_chat_update.html",
+        position=live_position(context),
+        editing=None,
+        edit_draft=None,
+        **context,
+    )
 
 
 def alert_fragment(request: Request, status: int, message: str) -> Response:
@@ -60,20 +140,17 @@ async def refuse(
     """Say no, keep the user's text, and show why (see the module docstring)."""
     if is_htmx(request):
         return alert_fragment(request, status, message)
-    app = web(request)
     if chat is None:
         return error_page(request, status, message)
-    context = await app.page_context(chat)
-    edit_draft = draft if editing else None
-    response: Response = app.chat_page(
-        context,
+    return render_chat(
+        request,
+        await page_context(request, chat),
         status_code=status,
         alert=message,
         draft="" if editing else draft,
         editing=editing,
-        edit_draft=edit_draft,
+        edit_draft=draft if editing else None,
     )
-    return response
 
 
 def error_page(request: Request, status: int, message: str) -> Response:

@@ -1,0 +1,331 @@
+"""Every chat-level operation: one method each, owning its chat's lock.
+
+`ChatService` sits below the views and above the stores and runs. Each
+operation (send, edit, regenerate, stop, rename, delete, and a new chat with
+its first message) takes the chat's lock itself, settles a run that ended a
+moment ago, reads the chat once, decides, acts, and returns a small typed
+outcome. Views only turn outcomes into responses; nothing above this layer
+takes a lock or reads state to decide.
+
+Invariants, each named for the failure it prevents:
+- one active run per chat, decided under the lock from durable state
+  (``active_run_id``): two sends, or a send and an edit, never both start;
+- a busy chat answers `Busy` before anything else is looked at, so an action
+  taken while a reply streams is never mistaken for "nothing to regenerate";
+- a deleted chat leaves nothing: delete cancels the chat's run and waits for
+  it under the same lock a send needs, then removes the chat, its session and
+  its checkpoints in one transaction, so a send racing a delete either lands
+  first (and goes with the chat) or finds no chat;
+- a client message id starts at most one run, also for the first message
+  of a new chat (a double click or a retried POST lands on the same chat).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+from typing import Union
+
+from webapp.stores.checkpoint import Checkpointer
+from webapp.stores.session import RewindableSession, Segment
+from webapp.transcript import UserEntry
+from webapp.web.chat_store import Chat, ChatStore
+from webapp.web.runs import RunManager, RunState
+from webapp.web.view_models import (
+    ChatItem,
+    ReplyView,
+    UserView,
+    items_from_segments,
+    title_from_text,
+)
+
+# --- outcomes ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Started:
+    chat: Chat
+    run: RunState
+
+
+@dataclass(frozen=True)
+class AlreadySent:
+    """This client message id was sent before: nothing new started."""
+
+    chat: Chat
+
+
+@dataclass(frozen=True)
+class Busy:
+    """A run is active in the chat."""
+
+    chat: Chat
+
+
+@dataclass(frozen=True)
+class ChatNotFound:
+    pass
+
+
+@dataclass(frozen=True)
+class MessageNotFound:
+    chat: Chat
+
+
+@dataclass(frozen=True)
+class RunNotFound:
+    chat: Chat
+
+
+@dataclass(frozen=True)
+class NothingToRegenerate:
+    chat: Chat
+
+
+@dataclass(frozen=True)
+class ShownReply:
+    """A reply as it now stands: after a stop, or read for a client that asks."""
+
+    chat: Chat
+    reply: ReplyView
+    position: str | None  # set while it still streams (a stop that timed out)
+    last: bool  # it is the chat's last reply (Regenerate goes under it)
+
+
+@dataclass(frozen=True)
+class Renamed:
+    chat: Chat
+
+
+@dataclass(frozen=True)
+class Deleted:
+    chat_id: str
+
+
+SendOutcome = Union[Started, AlreadySent, Busy, ChatNotFound]
+NewChatOutcome = Union[Started, AlreadySent]
+EditOutcome = Union[Started, Busy, ChatNotFound, MessageNotFound]
+RegenerateOutcome = Union[Started, Busy, ChatNotFound, NothingToRegenerate]
+StopOutcome = Union[ShownReply, ChatNotFound, RunNotFound]
+RenameOutcome = Union[Renamed, ChatNotFound]
+DeleteOutcome = Union[Deleted, ChatNotFound]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """What a chat page shows: the stored messages plus the live run not yet stored."""
+
+    chat: Chat
+    items: list[ChatItem]
+    live: RunState | None
+
+    @property
+    def can_regenerate(self) -> bool:
+        return (
+            self.live is None
+            and not self.chat.active_run_id
+            and any(isinstance(i, ReplyView) for i in self.items)
+        )
+
+
+class ChatService:
+    def __init__(
+        self,
+        *,
+        store: ChatStore,
+        session: RewindableSession,
+        checkpointer: Checkpointer,
+        runs: RunManager,
+    ) -> None:
+        if not isinstance(session, RewindableSession):
+            raise TypeError(
+                f"{type(session).__name__} cannot rewind; the chat app needs a session "
+                "with rewind(), such as SQLiteSession"
+            )
+        self.store = store
+        self.session = session
+        self.checkpointer = checkpointer
+        self.runs = runs
+        self._new_chat_lock = asyncio.Lock()
+
+    # --- reads -------------------------------------------------------------------------
+
+    async def get(self, chat_id: str) -> Chat | None:
+        return await self.store.get(chat_id)
+
+    async def recent(self, limit: int = 200) -> list[Chat]:
+        return await self.store.recent(limit)
+
+    async def conversation(self, chat: Chat) -> Conversation:
+        segments = await self.session.segments(chat.id)
+        items = items_from_segments(segments)
+        stored = {s.run_id for s in segments}
+        live = self.runs.latest(chat.id)
+        if live is None or live.run_id in stored or live.abandoned:
+            return Conversation(chat, items, None)
+        if live.finished and chat.active_run_id != live.run_id:
+            return Conversation(chat, items, None)
+        items.append(UserView(live.run_id, live.input_text))
+        return Conversation(chat, items, live)
+
+    # --- starting runs -------------------------------------------------------------------
+
+    async def new_chat(self) -> Chat:
+        return await self.store.create()
+
+    async def start_chat(self, text: str, client_id: str | None) -> NewChatOutcome:
+        """A new chat with its first message (the empty home page's composer)."""
+        async with self._new_chat_lock:  # two posts of one client id: the second finds the first
+            if client_id is not None:
+                found = await self.store.find_send(client_id)
+                chat = await self.store.get(found[0]) if found is not None else None
+                if chat is not None:
+                    return AlreadySent(chat)
+            chat = await self.store.create()
+            async with self.runs.lock(chat.id):
+                return await self._start(chat, text, client_id=client_id)
+
+    async def send(self, chat_id: str, text: str, client_id: str | None) -> SendOutcome:
+        async with self.runs.lock(chat_id):
+            chat = await self._settled(chat_id)
+            if chat is None:
+                return ChatNotFound()
+            if client_id is not None and await self.store.sent_run(chat_id, client_id):
+                return AlreadySent(chat)
+            if chat.active_run_id:
+                return Busy(chat)
+            return await self._start(chat, text, client_id=client_id)
+
+    async def edit(self, chat_id: str, run_id: str, text: str) -> EditOutcome:
+        """SPEC §6 flow 3: rewind to just before the message whose run is ``run_id``."""
+        async with self.runs.lock(chat_id):
+            chat = await self._settled(chat_id)
+            if chat is None:
+                return ChatNotFound()
+            if chat.active_run_id:
+                return Busy(chat)
+            segments = await self.session.segments(chat_id)
+            index = _input_index(segments, run_id)
+            if index is None:
+                return MessageNotFound(chat)
+            return await self._rewind_and_start(chat, segments, index, text)
+
+    async def regenerate(self, chat_id: str) -> RegenerateOutcome:
+        """SPEC §6 flow 4: run the last reply's message again."""
+        async with self.runs.lock(chat_id):
+            chat = await self._settled(chat_id)
+            if chat is None:
+                return ChatNotFound()
+            if chat.active_run_id:
+                return Busy(chat)
+            segments = await self.session.segments(chat_id)
+            index = _input_index(segments, segments[-1].run_id) if segments else None
+            if index is None:
+                return NothingToRegenerate(chat)
+            first = segments[index].entries[0]
+            text = first.text if isinstance(first, UserEntry) else ""
+            return await self._rewind_and_start(chat, segments, index, text)
+
+    async def _settled(self, chat_id: str) -> Chat | None:
+        """The chat as durable state says, after finishing the bookkeeping of a run
+        that ended a moment ago (chat lock held): such a run must not answer 409."""
+        await self.runs.settle(chat_id)
+        return await self.store.get(chat_id)
+
+    async def _start(self, chat: Chat, text: str, *, client_id: str | None = None) -> Started:
+        title = chat.title or title_from_text(text)
+        state = await self.runs.start(
+            chat.id, text, client_id=client_id, title=None if chat.title else title
+        )
+        return Started(replace(chat, title=title, active_run_id=state.run_id), state)
+
+    async def _rewind_and_start(
+        self, chat: Chat, segments: list[Segment], index: int, text: str
+    ) -> Started:
+        """Rewind to just before segment ``index``'s message, then run ``text`` (lock held)."""
+        keep = sum(len(s.entries) for s in segments[:index])
+        await self.session.rewind(chat.id, keep_entries=keep)
+        for undone in segments[index:]:  # or a resume would write the undone tail back
+            await self.checkpointer.delete(undone.run_id)
+        first = segments[index].entries[0]
+        if (
+            index == 0
+            and isinstance(first, UserEntry)
+            and chat.title == title_from_text(first.text)
+        ):
+            # The first message was edited and the title was made from it: follow the edit.
+            chat = replace(chat, title=title_from_text(text))
+            await self.store.rename(chat.id, chat.title)
+        return await self._start(chat, text)
+
+    # --- stop, rename, delete --------------------------------------------------------------
+
+    async def stop(self, chat_id: str, run_id: str) -> StopOutcome:
+        """SPEC §6 flow 2; stopping a run that already ended shows it as it ended."""
+        async with self.runs.lock(chat_id):
+            chat = await self.store.get(chat_id)
+            if chat is None:
+                return ChatNotFound()
+            state = self.runs.get(run_id)
+            if state is not None and state.chat_id == chat_id:
+                await self.runs.stop(state)
+                last = state.finished and not state.abandoned
+                position = None if state.finished else state.position
+                return ShownReply(chat, state.reply, position, last)
+            if chat.active_run_id == run_id:  # owed, but no task runs it here
+                await self.runs.stop_orphan(chat_id, run_id)
+            return await self.stored_reply(chat_id, run_id)
+
+    async def stored_reply(self, chat_id: str, run_id: str) -> StopOutcome:
+        """The stored reply of one run (a read: no lock, no change)."""
+        chat = await self.store.get(chat_id)
+        if chat is None:
+            return ChatNotFound()
+        segments = await self.session.segments(chat_id)
+        replies = [i for i in items_from_segments(segments) if isinstance(i, ReplyView)]
+        for reply in replies:
+            if reply.run_id == run_id:
+                last = reply is replies[-1] and not chat.active_run_id
+                return ShownReply(chat, reply, None, last)
+        return RunNotFound(chat)
+
+    async def rename(self, chat_id: str, title: str) -> RenameOutcome:
+        """An empty title restores the automatic one (from the first message)."""
+        async with self.runs.lock(chat_id):
+            chat = await self.store.get(chat_id)
+            if chat is None:
+                return ChatNotFound()
+            if not title:
+                conversation = await self.conversation(chat)
+                first = next((i for i in conversation.items if isinstance(i, UserView)), None)
+                title = title_from_text(first.text) if first is not None else ""
+            await self.store.rename(chat_id, title)
+            renamed = await self.store.get(chat_id)
+            return Renamed(renamed or chat)
+
+    async def delete(self, chat_id: str) -> DeleteOutcome:
+        """Cancel the chat's run, then remove the chat with everything it holds."""
+        async with self.runs.lock(chat_id):
+            chat = await self.store.get(chat_id)
+            if chat is None:
+                return ChatNotFound()
+            run_ids = {s.run_id for s in await self.session.segments(chat_id)}
+            live = self.runs.latest(chat_id)
+            if live is not None:
+                await self.runs.discard(live)
+                run_ids.add(live.run_id)
+            if chat.active_run_id:
+                run_ids.add(chat.active_run_id)
+            await self.store.delete(chat_id, sorted(run_ids))
+            self.runs.forget_chat(chat_id)
+            return Deleted(chat_id)
+
+
+def _input_index(segments: list[Segment], run_id: str) -> int | None:
+    """The index of ``run_id``'s segment if it starts with its user message."""
+    for index, seg in enumerate(segments):
+        if seg.run_id == run_id:
+            if seg.entries and isinstance(seg.entries[0], UserEntry):
+                return index
+            return None
+    return None

@@ -1,0 +1,36 @@
+"""The HTML fragments a run's events carry and a few endpoints answer with.
+
+One function draws each fragment, whoever sends it: the run's own task (once
+per event, shared by every client), the Stop endpoint and the SSE endpoint's
+final or reset event. Streamed text is escaped text, never a template.
+"""
+
+from __future__ import annotations
+
+from markupsafe import escape
+
+from webapp.web.templating import Templates
+from webapp.web.view_models import ReplyView, ToolCard
+
+
+class Fragments:
+    def __init__(self, templates: Templates) -> None:
+        self.templates = templates
+
+    @staticmethod
+    def text(text: str) -> str:
+        return f"<span>{escape(text)}</span>"
+
+    def tool_card(self, card: ToolCard, oob: bool) -> str:
+        return self.templates.render("_tool_card.html", card=card, oob=oob)
+
+    def reply(self, chat_id: str, reply: ReplyView, position: str | None = None) -> str:
+        """A reply element; with ``position`` it streams from there."""
+        return self.templates.render("_reply.html", chat_id=chat_id, reply=reply, position=position)
+
+    def final_reply(self, chat_id: str, reply: ReplyView, last: bool = True) -> str:
+        """The finished reply plus, out of band, the Regenerate button under it and an
+        empty alert (a "still running" refusal is stale once the run has ended)."""
+        regenerate = self.templates.render("_regenerate.html", chat_id=chat_id, show=last, oob=True)
+        alert = self.templates.render("_alert.html", alert="", oob=True)
+        return self.reply(chat_id, reply) + regenerate + alert
