@@ -6,11 +6,20 @@ import argparse
 import ipaddress
 import logging
 import os
+import re
 import secrets
+import socket
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
+# Host names a loopback-bound server answers to (plus the bound address itself).
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+# Addresses no packet is sent to: connecting a UDP socket to them only asks the
+# kernel which local address its route would use (the machine's LAN address).
+_ROUTE_PROBES = ((socket.AF_INET, "192.0.2.1"), (socket.AF_INET6, "2001:db8::1"))
+_HOST_NAME = re.compile(r"^[a-z0-9_]([a-z0-9_.-]*[a-z0-9_.])?$")
 
 
 def is_loopback(host: str) -> bool:
@@ -29,15 +38,79 @@ def resolve_token(host: str, token: str | None) -> str | None:
     return None if is_loopback(host) else secrets.token_urlsafe(24)
 
 
-def allowed_hosts(host: str, token: str | None) -> list[str] | None:
-    """Host names a loopback server without a token answers to (None: any).
+@dataclass(frozen=True)
+class Machine:
+    """This machine's own host names and addresses, as a Host header may carry them."""
 
-    Without this, a web page whose domain was re-pointed at 127.0.0.1 (DNS
-    rebinding) could use the app as if it were same-origin.
+    names: frozenset[str]
+    addresses: frozenset[str]
+
+
+def this_machine() -> Machine:
+    names = {n.lower() for n in (socket.gethostname(), socket.getfqdn()) if n}
+    addresses: set[str] = set()
+    for name in names:
+        try:
+            addresses.update(str(info[4][0]) for info in socket.getaddrinfo(name, None))
+        except OSError:
+            pass  # a host name that does not resolve adds no address
+    for family, probe in _ROUTE_PROBES:
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as sock:
+                sock.connect((probe, 9))
+                addresses.add(str(sock.getsockname()[0]))
+        except OSError:
+            pass  # no route for this family
+    return Machine(frozenset(names), frozenset(a.split("%")[0].lower() for a in addresses))
+
+
+def allowed_hosts(
+    host: str, *, extra: Sequence[str] = (), machine: Machine | None = None
+) -> list[str] | None:
+    """The host names a server bound to ``host`` answers to (None: any).
+
+    Loopback: the loopback names. A specific address or name: that, and this
+    machine's host name and FQDN. 0.0.0.0 or ``::``: this machine's names and
+    addresses, and the loopback names. ``extra`` (``--allowed-hosts``) adds
+    names; ``*`` among them allows any. Refusing other names stops DNS
+    rebinding (a foreign site's name re-pointed at this server) and keeps a
+    forged Host header out of the addresses the app builds.
     """
-    if token is not None or not is_loopback(host):
+    if "*" in extra:
         return None
-    return sorted({host.strip("[]").lower(), "127.0.0.1", "localhost", "::1"})
+    bound = host.strip("[]").lower()
+    names = {bound, *(name.strip("[]").lower() for name in extra)}
+    if is_loopback(bound):
+        return sorted(names | set(LOOPBACK_HOSTS))
+    machine = machine or this_machine()
+    names |= machine.names
+    if _is_unspecified(bound):
+        names |= machine.addresses | set(LOOPBACK_HOSTS)
+    return sorted(names)
+
+
+def _is_unspecified(host: str) -> bool:
+    try:
+        return not host or ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
+
+
+def host_list(value: str) -> list[str]:
+    """``--allowed-hosts``: comma-separated host names or addresses, or ``*``."""
+    hosts = [part.strip().lower() for part in value.split(",") if part.strip()]
+    for name in hosts:
+        bare = name[1:-1] if name.startswith("[") and name.endswith("]") else name
+        if name == "*" or _HOST_NAME.match(bare):
+            continue
+        try:
+            ipaddress.ip_address(bare)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{name!r} is not a host name or address; give names like app.example.com "
+                "or 10.0.0.5 without scheme or port, or * for any"
+            ) from None
+    return hosts
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -75,6 +148,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="access token (env WEBAPP_TOKEN); required, and generated when absent, "
         "for a non-loopback --host",
     )
+    parser.add_argument(
+        "--allowed-hosts",
+        type=host_list,
+        default=env("WEBAPP_ALLOWED_HOSTS") or "",
+        metavar="NAMES",
+        help="comma-separated host names or addresses the server also answers to, besides "
+        "those of --host, e.g. a DNS name or the name a proxy forwards; * for any "
+        "(env WEBAPP_ALLOWED_HOSTS)",
+    )
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be between 0 and 65535, got {args.port}")
@@ -108,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             model=model,
             token=token,
             redact=[args.api_key or ""],
-            allowed_hosts=allowed_hosts(args.host, token),
+            allowed_hosts=allowed_hosts(args.host, extra=args.allowed_hosts),
         )
     except ValueError as exc:
         print(f"webapp: {exc}", file=sys.stderr)

@@ -38,10 +38,8 @@ def test_loopback_detection_and_tokens():
 
 
 def test_a_loopback_server_answers_only_to_loopback_names():
-    assert allowed_hosts("127.0.0.1", None) == ["127.0.0.1", "::1", "localhost"]
-    assert allowed_hosts("::1", None) == ["127.0.0.1", "::1", "localhost"]
-    assert allowed_hosts("127.0.0.1", "a-token-value") is None  # the token protects it
-    assert allowed_hosts("0.0.0.0", "a-token-value") is None
+    assert allowed_hosts("127.0.0.1") == ["127.0.0.1", "::1", "localhost"]
+    assert allowed_hosts("::1") == ["127.0.0.1", "::1", "localhost"]
 
 
 def test_flags_fall_back_to_the_environment(monkeypatch: pytest.MonkeyPatch):

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import Response
 from webhelpers import MakeClient, parse_html, replies
 
 from webapp.models import ScriptedModel
+from webapp.web import create_app
 from webapp.web.markdown import render_markdown
-from webapp.web.security import CSP
+from webapp.web.security import CSP, SECURITY_HEADERS
 
 TOKEN = "s3cret-token-value"
 
@@ -178,3 +184,49 @@ async def test_streamed_text_is_escaped_before_the_final_markdown(web_client_fac
     final = parse_html(events[-1].data)
     assert events[-1].event == "done"
     assert_inert(final.find(data_role="assistant"))
+
+
+async def test_a_server_error_is_our_page_with_the_security_headers(tmp_path: Path):
+    app = create_app(tmp_path / "chat.db", model=ScriptedModel([]))
+
+    async def boom(request: Request) -> Response:
+        raise RuntimeError("secret internals in the traceback")
+
+    app.add_route("/boom", boom)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://testserver") as http,
+    ):
+        response = await http.get("/boom")
+    assert response.status_code == 500
+    for name, value in SECURITY_HEADERS.items():
+        assert response.headers.get(name) == value, name
+    assert "secret internals" not in response.text and "Traceback" not in response.text
+    assert "went wrong" in parse_html(response.text).find(role="alert").norm_text()
+
+
+async def test_the_token_redirect_stays_on_this_site(web_client_factory: MakeClient):
+    client = await web_client_factory(model=ScriptedModel([]), token=TOKEN)
+    cases = {  # path as sent -> redirect target (escapes kept as sent)
+        "//evil.example/": "/evil.example/",
+        "/%2F%2Fevil.example": "/%2F%2Fevil.example",
+        "/%2f/evil.example": "/%2f/evil.example",
+        "/\\evil.example/x": "/evil.example/x",
+        "/\\/\\evil.example": "/evil.example",
+        "/chats/a%20b": "/chats/a%20b",
+    }
+    for path, target in cases.items():
+        response = await client.http.get(f"http://testserver{path}?token={TOKEN}&q=1")
+        assert response.status_code == 303, path
+        assert response.headers["location"] == f"{target}?q=1", path
+
+
+async def test_a_foreign_host_is_refused_with_a_token(web_client_factory: MakeClient):
+    client = await web_client_factory(
+        model=ScriptedModel([]), token=TOKEN, allowed_hosts=["testserver"]
+    )
+    response = await client.http.get(f"/?token={TOKEN}", headers={"Host": "evil.example"})
+    assert response.status_code == 400
+    assert "location" not in response.headers and "set-cookie" not in response.headers
+    assert (await client.http.get(f"/?token={TOKEN}")).status_code == 303

@@ -1,24 +1,68 @@
 """Reading the app's small forms: bounded, validated, with errors a user can act on.
 
 The body is read with a byte bound before it is parsed, so an oversized post
-costs at most that bound in memory. A message that parses but is longer than
-the character limit gets a 413 that keeps the text (the page shows it back
-in the Message box); only a body beyond the byte bound loses it.
+costs at most that bound in memory, and with a time bound between its pieces,
+so a client that stops sending mid-body gets a 408 instead of holding the
+request forever. A message that parses but is longer than the character limit
+gets a 413 that keeps the text (the page shows it back in the Message box);
+only a body beyond the byte bound loses it.
+
+Both encodings must be UTF-8: a field that is not is refused (400), never
+stored as Latin-1 mojibake. User text loses its C0 control characters (but
+tab and newlines) on input, so a NUL never reaches the database or the HTML,
+and a message of nothing visible is empty.
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
+import os
 import re
+import unicodedata
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
-from starlette.datastructures import UploadFile
-from starlette.formparsers import MultiPartException
-from starlette.requests import Request
+from starlette.datastructures import Headers, UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import ClientDisconnect, Request
 
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_TITLE_CHARS = 200
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def _seconds_from_env(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a number of seconds greater than 0, got {raw!r}")
+    return value
+
+
+# Seconds to wait for each next piece of a form body before answering 408 (a client
+# that sent fewer bytes than its Content-Length would otherwise hold the request
+# forever). The environment variable WEBAPP_BODY_TIMEOUT overrides it at import;
+# tests shorten it that way or by setting this attribute.
+BODY_TIMEOUT = _seconds_from_env("WEBAPP_BODY_TIMEOUT", 10.0)
+
+# C0 controls but tab, line feed and carriage return, plus DEL: no user text needs
+# them, and a NUL or an escape would otherwise be stored and reach the HTML raw.
+_CONTROLS = dict.fromkeys([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
+# Default-ignorable characters that are letters or marks rather than format
+# characters (Hangul fillers, the combining grapheme joiner, Khmer inherent vowels,
+# Mongolian and other variation selectors), and the blank Braille pattern.
+_INVISIBLE = frozenset(
+    "\u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180f\u2800\u3164\uffa0"
+    + "".join(map(chr, range(0xFE00, 0xFE10)))
+    + "".join(map(chr, range(0xE0100, 0xE01F0)))
+)
 
 
 class FormError(Exception):
@@ -43,20 +87,16 @@ def byte_limit(max_chars: int) -> int:
 
 
 async def read_fields(request: Request, max_bytes: int) -> dict[str, str]:
-    """The form's fields (first value of each); FormError 400/413 when unusable."""
+    """The form's fields (first value of each); FormError 400/408/413 when unusable."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
+    if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
         raise FormError(413, _too_large(max_bytes))
-    if content_type == "multipart/form-data":
-        return await _multipart(request, max_bytes)
-    body = bytearray()
-    async for chunk in request.stream():
-        body.extend(chunk)
-        if len(body) > max_bytes:
-            raise FormError(413, _too_large(max_bytes))
+    body = await _read_body(request, max_bytes)
     if not body:
         return {}  # a bare button post: no fields at all
+    if content_type == "multipart/form-data":
+        return await _multipart(request, body, max_bytes)
     if content_type not in _FORM_TYPES:
         raise FormError(
             400, f"Expected a form post ({_FORM_TYPES[0]}), got {content_type or 'no body type'}."
@@ -66,28 +106,92 @@ async def read_fields(request: Request, max_bytes: int) -> dict[str, str]:
             body.decode("ascii"), keep_blank_values=True, errors="strict", max_num_fields=50
         )
     except (UnicodeDecodeError, ValueError) as exc:
-        raise FormError(400, f"The form could not be read ({exc}); reload the page and retry.")
+        raise FormError(400, _unreadable(exc))
     fields: dict[str, str] = {}
     for key, value in pairs:
         fields.setdefault(key, value)
     return fields
 
 
-async def _multipart(request: Request, max_bytes: int) -> dict[str, str]:
+async def _read_body(request: Request, max_bytes: int) -> bytes:
+    """The whole body, at most ``max_bytes``, each piece within `BODY_TIMEOUT` seconds."""
+    body = bytearray()
+    loop = asyncio.get_running_loop()
     try:
-        form = await request.form(max_files=0, max_fields=50, max_part_size=max_bytes)
+        async with asyncio.timeout(BODY_TIMEOUT) as deadline:
+            async for chunk in request.stream():
+                body.extend(chunk)
+                if len(body) > max_bytes:
+                    raise FormError(413, _too_large(max_bytes))
+                deadline.reschedule(loop.time() + BODY_TIMEOUT)
+    except TimeoutError:
+        raise FormError(
+            408,
+            f"The form stopped arriving (nothing for {BODY_TIMEOUT:g} seconds) and was not "
+            "read. Check your connection and send it again.",
+        ) from None
+    except ClientDisconnect:
+        # The client is gone: whatever the view answers goes nowhere, but it must not
+        # become an unhandled exception (a traceback in the server log).
+        raise FormError(400, "The request ended before its form arrived in full.") from None
+    return bytes(body)
+
+
+async def _multipart(request: Request, body: bytes, max_bytes: int) -> dict[str, str]:
+    # Starlette decodes a field that is not valid in the declared charset as Latin-1
+    # (mojibake). Declared Latin-1 (the last charset parameter wins), every field is
+    # its bytes one for one, which _utf8 then decodes strictly.
+    content_type = request.headers.get("content-type", "") + "; charset=latin-1"
+    parser = MultiPartParser(
+        Headers({"content-type": content_type}),
+        _once(body),
+        max_files=0,
+        max_fields=50,
+        max_part_size=max_bytes,
+    )
+    try:
+        form = await parser.parse()
     except MultiPartException as exc:
-        raise FormError(400, f"The form could not be read ({exc}); reload the page and retry.")
+        raise FormError(400, _unreadable(exc))
     fields: dict[str, str] = {}
     for key, value in form.multi_items():
         if isinstance(value, UploadFile):
+            await value.close()
             raise FormError(400, "This form takes no file uploads.")
-        fields.setdefault(key, value)
+        fields.setdefault(_utf8(key), _utf8(value))
     return fields
+
+
+async def _once(body: bytes) -> AsyncGenerator[bytes, None]:
+    yield body
+
+
+def _utf8(latin1: str) -> str:
+    try:
+        return latin1.encode("latin-1").decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FormError(400, _unreadable(exc)) from None
+
+
+def _unreadable(reason: Exception) -> str:
+    return f"The form could not be read ({reason}); reload the page and retry."
 
 
 def _too_large(max_bytes: int) -> str:
     return f"The request is larger than {max_bytes:,} bytes and was not read."
+
+
+def clean_text(text: str) -> str:
+    """``text`` without C0 control characters other than tab, line feed and carriage return."""
+    return text.translate(_CONTROLS)
+
+
+def is_blank(text: str) -> bool:
+    """True when nothing in ``text`` would show: whitespace, format and filler characters."""
+    return all(
+        char.isspace() or char in _INVISIBLE or unicodedata.category(char) in ("Cf", "Cc")
+        for char in text
+    )
 
 
 async def read_message(request: Request, max_chars: int) -> MessageForm:
@@ -99,7 +203,7 @@ def message_from_fields(fields: dict[str, str], max_chars: int) -> MessageForm:
     """Validate a message form already read (see `read_message`)."""
     if "text" not in fields:
         raise FormError(400, "The form has no 'text' field; reload the page and retry.")
-    text = fields["text"].replace("\r\n", "\n").replace("\r", "\n")
+    text = clean_text(fields["text"]).replace("\r\n", "\n").replace("\r", "\n")
     if len(text) > max_chars:
         raise FormError(
             413,
@@ -107,7 +211,7 @@ def message_from_fields(fields: dict[str, str], max_chars: int) -> MessageForm:
             "Shorten it and send again.",
             draft=text,
         )
-    if not text.strip():
+    if is_blank(text):
         raise FormError(400, "The message is empty: type something to send.", draft=text)
     client_id = fields.get("client_id") or None
     if client_id is not None and not _CLIENT_ID.match(client_id):
@@ -118,10 +222,13 @@ def message_from_fields(fields: dict[str, str], max_chars: int) -> MessageForm:
 
 
 async def read_title(request: Request) -> str:
+    """The ``title`` field on one line; "" (the automatic title) when nothing in it shows."""
     fields = await read_fields(request, 16_384)
     if "title" not in fields:
         raise FormError(400, "The form has no 'title' field; reload the page and retry.")
-    title = " ".join(fields["title"].split())
+    title = " ".join(clean_text(fields["title"]).split())
+    if is_blank(title):
+        return ""
     if len(title) > MAX_TITLE_CHARS:
         raise FormError(400, f"A title can be at most {MAX_TITLE_CHARS} characters long.")
     return title

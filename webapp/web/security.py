@@ -3,22 +3,29 @@
 - Token: when the app has one (the CLI insists on it for a non-loopback
   host), every request needs it. Visiting any page with ``?token=...`` sets
   an HttpOnly, SameSite=Strict cookie and redirects to the same address
-  without the token, so it does not linger in history or logs.
+  without the token, so it does not linger in history or logs. That redirect
+  is always to a path on this site, whatever the request's path looked like.
 - Cross-origin: a state-changing request (anything but GET/HEAD/OPTIONS)
   whose ``Origin`` -- or ``Referer`` when there is no Origin -- names another
   origin is refused with 403. Requests with neither (curl, tests) pass: a
   browser always sends Origin on a cross-site POST, which is the attack.
-- Host: when the app is given ``allowed_hosts`` (the CLI does, for a loopback
-  bind), any other Host header is refused, which stops DNS rebinding.
+- Host: when the app is given ``allowed_hosts`` (the CLI always does, unless
+  told ``--allowed-hosts '*'``), any other Host header is refused, which stops
+  DNS rebinding and keeps foreign names out of the addresses the app builds.
 - Headers: a Content-Security-Policy with no inline script or style, no
-  framing, and same-origin everything, on every response.
+  framing, and same-origin everything, on every response -- a 500 included:
+  an exception that escapes the app is answered here with the error page
+  (then re-raised so the server logs it), because Starlette's own 500 answer
+  comes from outside every user middleware and would carry no headers.
 """
 
 from __future__ import annotations
 
 import hmac
+import html
+import logging
 from collections.abc import Callable, Sequence
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
@@ -37,6 +44,11 @@ SECURITY_HEADERS = {
     "x-frame-options": "DENY",
 }
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+SERVER_ERROR = (
+    "Something went wrong on the server; the error has been logged. Reload the page to try again."
+)
+
+logger = logging.getLogger("webapp.web.security")
 
 ErrorRenderer = Callable[[int, str], str]
 
@@ -74,6 +86,17 @@ def request_hostname(request: Request) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
+def same_site_path(request: Request) -> str:
+    """The request's path as sent, safe as a redirect target: one leading "/", no more.
+
+    As a Location, "//evil.example/" is another site (protocol-relative) and so is
+    "/\\evil.example/" (browsers read a backslash as a slash).
+    """
+    raw = request.scope.get("raw_path")
+    path = raw.decode("latin-1") if raw else quote(request.url.path)
+    return "/" + path.lstrip("/\\")
+
+
 class SecurityMiddleware:
     def __init__(
         self,
@@ -93,18 +116,27 @@ class SecurityMiddleware:
             await self.app(scope, receive, send)
             return
 
+        started = False
+
         async def send_with_headers(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 headers = MutableHeaders(scope=message)
                 for name, value in SECURITY_HEADERS.items():
                     headers.setdefault(name, value)
             await send(message)
 
-        refusal = self._check(Request(scope))
-        if refusal is not None:
-            await refusal(scope, receive, send_with_headers)
-            return
-        await self.app(scope, receive, send_with_headers)
+        try:
+            refusal = self._check(Request(scope))
+            if refusal is not None:
+                await refusal(scope, receive, send_with_headers)
+                return
+            await self.app(scope, receive, send_with_headers)
+        except Exception:
+            if not started:
+                await self._server_error()(scope, receive, send_with_headers)
+            raise  # Starlette sees the response started and sends nothing; the server logs it
 
     def _check(self, request: Request) -> Response | None:
         if self.allowed_hosts and request_hostname(request) not in self.allowed_hosts:
@@ -135,7 +167,7 @@ class SecurityMiddleware:
 
     def _accept_token(self, request: Request) -> Response:
         query = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-        target = request.url.path + (f"?{urlencode(query)}" if query else "")
+        target = same_site_path(request) + (f"?{urlencode(query)}" if query else "")
         response = RedirectResponse(target, status_code=303)
         response.set_cookie(
             COOKIE,
@@ -149,6 +181,14 @@ class SecurityMiddleware:
 
     def _error(self, status: int, message: str) -> Response:
         return HTMLResponse(self.render_error(status, message), status_code=status)
+
+    def _server_error(self) -> Response:
+        try:
+            return self._error(500, SERVER_ERROR)
+        except Exception:  # the error page itself is broken: say it in plain HTML
+            logger.exception("The error page could not be rendered")
+            page = f"<!doctype html><title>Server error</title><p>{html.escape(SERVER_ERROR)}</p>"
+            return HTMLResponse(page, status_code=500)
 
 
 def _same(a: str, b: str) -> bool:
