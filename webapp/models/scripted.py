@@ -2,8 +2,11 @@
 
 Each turn is a string (streamed word by word), a list of
 ``(tool_name, arguments_dict)`` tuples (tool calls with generated unique
-ids), or an exception instance (raised by that call). ``requests`` records
-the entries each call received, system prompt excluded.
+ids), or an exception instance (raised by that call). A `CutOff(text)` turn
+streams its text and ends with finish_reason "length", as a model does at its
+output limit. ``requests`` records the entries each call received, system
+prompt excluded, and ``continued`` whether the call was asked to continue the
+final assistant reply (`ModelRequest.continue_final`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import itertools
 import json
 import re
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Union
 
 from webapp.runtime.model import (
@@ -26,7 +30,15 @@ from webapp.runtime.model import (
 from webapp.transcript import Entry
 from webapp.usage import Usage
 
-ScriptedTurn = Union[str, Sequence[tuple[str, dict[str, Any]]], BaseException]
+
+@dataclass(frozen=True)
+class CutOff:
+    """A text turn that stops at the output limit (finish_reason "length")."""
+
+    text: str
+
+
+ScriptedTurn = Union[str, CutOff, Sequence[tuple[str, dict[str, Any]]], BaseException]
 
 _ids = itertools.count(1)
 
@@ -38,12 +50,14 @@ class ScriptedModel:
         self.requests: list[list[Entry]] = []
         self.systems: list[str] = []
         self.tools: list[list[str]] = []
+        self.continued: list[bool] = []
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelPart]:
         index = len(self.requests)
         self.requests.append(list(request.entries))
         self.systems.append(request.system)
         self.tools.append([t.name for t in request.tools])
+        self.continued.append(request.continue_final)
         if index >= len(self.turns):
             raise RuntimeError(
                 f"ScriptedModel ran out of turns: call {index + 1} but only "
@@ -53,14 +67,15 @@ class ScriptedModel:
         input_tokens = sum(len(str(e)) for e in request.entries) // 4
         if isinstance(turn, BaseException):
             raise turn
-        if isinstance(turn, str):
-            words = re.findall(r"\S+\s*|\s+", turn)
+        if isinstance(turn, (str, CutOff)):
+            text = turn.text if isinstance(turn, CutOff) else turn
+            words = re.findall(r"\S+\s*|\s+", text)
             for word in words:
                 if self.chunk_delay:
                     await asyncio.sleep(self.chunk_delay)
                 yield TextPart(word)
             yield UsagePart(Usage(input_tokens, len(words)))
-            yield FinishPart("stop")
+            yield FinishPart("length" if isinstance(turn, CutOff) else "stop")
             return
         for name, arguments in turn:
             if self.chunk_delay:

@@ -26,9 +26,17 @@ class ToolSpec:
 
 @dataclass(frozen=True)
 class ModelRequest:
+    """One model call.
+
+    With `continue_final` the entries end with an unfinished assistant reply
+    and the model is to write what comes next, as text that is appended to it
+    directly (no repetition, no preamble). The runner sets it only then.
+    """
+
     system: str
     entries: list[Entry]  # tool-consistent, system prompt excluded
     tools: list[ToolSpec] = field(default_factory=list)
+    continue_final: bool = False
 
 
 @dataclass(frozen=True)

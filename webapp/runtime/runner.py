@@ -6,6 +6,9 @@ result, then alternate model turns and tool calls until the model answers
 without calling a tool. Saves happen at run start, after every model turn and
 after every tool result, so a crash loses at most the work in flight.
 
+A run with no input after an unfinished assistant reply continues that reply
+(see `webapp.runtime.continuation`).
+
 On success the order is fixed: checkpoint completed, *then* session append. A
 run is never both "persisted as finished" and "still resumable"; a crash
 between the two is healed by the next replay, because session appends are
@@ -41,6 +44,7 @@ from webapp.events import (
     TurnEnded,
 )
 from webapp.runtime.agent import Agent, RunHooks
+from webapp.runtime.continuation import continues_final, segment_meta
 from webapp.runtime.model import (
     FinishPart,
     ModelRequest,
@@ -354,10 +358,12 @@ class _Run:
         model = self.agent.model
         if model is None:
             raise UserError(f"agent {self.agent.name!r} has no model; pass Agent(model=...)")
+        view = self._model_view()
         request = ModelRequest(
             system=await self.agent.render_instructions(self.ctx),
-            entries=self._model_view(),
+            entries=view,
             tools=[t.spec for t in self._tools().values()],
+            continue_final=continues_final(self.entries, view),
         )
         reasoning, calls = "", []
         self.partial, self.finish_reason = "", None
@@ -504,7 +510,7 @@ class _Run:
 
     async def _persist_finished(self, entries: list[Entry], head: RunHead) -> None:
         if self.session is not None and self.session_id is not None:
-            meta = {"context_state": head.context_state} if head.context_state else None
+            meta = segment_meta(head.context_state, self.finish_reason)  # a replay has none
             await self.session.append(self.session_id, list(entries), run_id=self.run_id, meta=meta)
         cp = self.checkpoint
         if cp is not None and cp.delete_on_success:
