@@ -3,7 +3,8 @@
 A small Starlette app under uvicorn, in a background thread, on a port chosen
 by binding port 0. Each request takes the next scripted `Reply` and is
 recorded (JSON body, headers, client address) so tests can assert what the
-adapter sent. A reply can stream chunks with pauses and then hold the
+adapter sent. Fields named in `refuse_fields` are refused like OpenAI refuses
+a parameter it does not know (HTTP 400), without using up a scripted reply. A reply can stream chunks with pauses and then hold the
 connection open until the client goes away, which is how the tests see a
 stall and a client disconnect.
 """
@@ -49,6 +50,7 @@ class ChatServer:
     def __init__(self) -> None:
         self.script: list[Reply] = []
         self.received: list[Received] = []
+        self.refuse_fields: set[str] = set()
         self.disconnected = threading.Event()
         self.port = 0
         self._server: uvicorn.Server | None = None
@@ -61,6 +63,7 @@ class ChatServer:
     def reset(self) -> None:
         self.script.clear()
         self.received.clear()
+        self.refuse_fields.clear()
         self.disconnected.clear()
 
     def start(self) -> None:
@@ -88,13 +91,23 @@ class ChatServer:
             self._thread.join(timeout=10)
 
     async def _chat(self, request: Request) -> Response | _ScriptedStream:
+        body = await request.json()
         self.received.append(
             Received(
-                body=await request.json(),
+                body=body,
                 headers={k.lower(): v for k, v in request.headers.items()},
                 client=(request.client.host, request.client.port) if request.client else ("", 0),
             )
         )
+        refused = sorted(self.refuse_fields & set(body))
+        if refused:
+            error = {
+                "message": f"Unrecognized request argument supplied: {refused[0]}",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": None,
+            }
+            return JSONResponse({"error": error}, status_code=400)
         if not self.script:
             return JSONResponse({"error": {"message": "no scripted reply left"}}, status_code=599)
         return _ScriptedStream(self.script.pop(0), self)

@@ -37,6 +37,16 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from webapp.errors import ModelError
+from webapp.models.chat_request import (
+    PREFILL_REFUSED,
+    Continuation,
+    ask_body,
+    build_messages,
+    check_continuation,
+    ends_with_partial_reply,
+    prefill_body,
+    tool_definition,
+)
 from webapp.runtime.model import (
     FinishPart,
     ModelPart,
@@ -44,16 +54,7 @@ from webapp.runtime.model import (
     ReasoningPart,
     TextPart,
     ToolCallPart,
-    ToolSpec,
     UsagePart,
-)
-from webapp.transcript import (
-    AssistantEntry,
-    Entry,
-    ReasoningEntry,
-    ToolCallEntry,
-    UserEntry,
-    drop_dangling_tool_calls,
 )
 from webapp.usage import Usage
 
@@ -66,7 +67,15 @@ _SSE_FIELDS = frozenset({"data", "event", "id", "retry"})
 
 
 class OpenAIChatModel:
-    """Streams Chat Completions from `base_url` (e.g. ``https://api.openai.com/v1``)."""
+    """Streams Chat Completions from `base_url` (e.g. ``https://api.openai.com/v1``).
+
+    `continuation` says how a request with ``continue_final`` (an unfinished
+    reply to go on with) is sent: "prefill" sends the partial reply last with
+    vLLM's ``continue_final_message`` (llama.cpp prefills from it by itself);
+    "ask" adds a user message asking the model to continue; "auto" (default)
+    tries prefill and, if the endpoint refuses it with HTTP 400/422, asks
+    instead -- and once asking has worked, this instance keeps asking.
+    """
 
     def __init__(
         self,
@@ -83,6 +92,7 @@ class OpenAIChatModel:
         max_tokens: int | None = None,
         headers: Mapping[str, str] | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        continuation: Continuation = "auto",
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ValueError("model must be a non-empty model name, e.g. 'gpt-4o-mini'")
@@ -107,6 +117,8 @@ class OpenAIChatModel:
         self.max_tokens = max_tokens
         self._headers = dict(headers or {})
         self._extra_body = dict(extra_body or {})
+        self.continuation = check_continuation(continuation)
+        self._prefill_refused = False  # "auto" learnt that this endpoint refuses prefill
         self._client: httpx.AsyncClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
 
@@ -144,21 +156,29 @@ class OpenAIChatModel:
         return self._client
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelPart]:
-        body = self._request_body(request)
-        attempt = 0
+        body, instead = self._bodies(request)
+        attempt, asking = 0, False
         while True:
             try:
                 async with self._http().stream(
                     "POST", self.endpoint, json=body, headers=self._request_headers()
                 ) as response:
                     if response.status_code < 400:
+                        self._prefill_refused |= asking  # remembered only once asking works
                         async for part in self._read_stream(response):
                             yield part
                         return
                     error = await self._http_error(response)
                     wait = self._retry_wait(response, attempt)
+                    refused = instead is not None and response.status_code in PREFILL_REFUSED
             except httpx.HTTPError as exc:
                 raise self._transport_error(exc) from exc
+            if refused and instead is not None:
+                logger.info(
+                    "continuing by prefill was refused (%s); asking the model instead", error
+                )
+                body, instead, asking = instead, None, True
+                continue
             if wait is None:
                 raise error
             attempt += 1
@@ -172,6 +192,15 @@ class OpenAIChatModel:
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         return headers
+
+    def _bodies(self, request: ModelRequest) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The body to send, and the one to send if the endpoint refuses prefill."""
+        body = self._request_body(request)
+        if not request.continue_final or not ends_with_partial_reply(body["messages"]):
+            return body, None
+        if self.continuation == "ask" or self._prefill_refused:
+            return ask_body(body), None
+        return prefill_body(body), (ask_body(body) if self.continuation == "auto" else None)
 
     def _request_body(self, request: ModelRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -409,59 +438,6 @@ class _StreamState:
             parts.append(UsagePart(self.usage))
         parts.append(FinishPart(self.finish_reason))
         return parts
-
-
-def build_messages(system: str, entries: list[Entry]) -> list[dict[str, Any]]:
-    """The Chat Completions ``messages`` for a system prompt and a transcript.
-
-    The transcript is made tool-consistent first: a call without a result, or
-    a result without its call, makes OpenAI-style servers reject the request.
-    Reasoning is not sent back (providers either ignore or refuse it).
-    """
-    entries = drop_dangling_tool_calls(entries)
-    called = {e.call_id for e in entries if isinstance(e, ToolCallEntry)}
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    turn: dict[str, Any] | None = None  # the assistant message being assembled
-    for entry in entries:
-        if isinstance(entry, ReasoningEntry):
-            continue
-        if isinstance(entry, (AssistantEntry, ToolCallEntry)):
-            if turn is None or (isinstance(entry, AssistantEntry) and "tool_calls" in turn):
-                turn = {"role": "assistant", "content": None}
-                messages.append(turn)
-            if isinstance(entry, AssistantEntry):
-                turn["content"] = (turn["content"] or "") + entry.text
-            else:
-                turn.setdefault("tool_calls", []).append(_tool_call_message(entry))
-            continue
-        turn = None
-        if isinstance(entry, UserEntry):
-            messages.append({"role": "user", "content": entry.text})
-        elif entry.call_id in called:
-            messages.append(
-                {"role": "tool", "tool_call_id": entry.call_id, "content": entry.output}
-            )
-    return messages
-
-
-def _tool_call_message(entry: ToolCallEntry) -> dict[str, Any]:
-    return {
-        "id": entry.call_id,
-        "type": "function",
-        "function": {"name": entry.name, "arguments": entry.arguments or "{}"},
-    }
-
-
-def tool_definition(spec: ToolSpec) -> dict[str, Any]:
-    """A ToolSpec in the Chat Completions ``tools`` format."""
-    return {
-        "type": "function",
-        "function": {
-            "name": spec.name,
-            "description": spec.description,
-            "parameters": spec.parameters,
-        },
-    }
 
 
 def _parts_from_completion(body: dict[str, Any]) -> list[ModelPart]:
