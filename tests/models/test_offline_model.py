@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 
-from webapp import Agent, Runner
+from webapp import Agent, CheckpointOptions, InMemoryCheckpointer, InMemorySession, Runner
 from webapp.events import RunCancelled, RunCompleted, TextDelta, ToolCallFinished
 from webapp.models import OfflineModel
 from webapp.models.offline import find_expression
@@ -230,3 +230,95 @@ async def test_through_the_runner_stop_keeps_the_numbers_already_streamed() -> N
     kept = "".join(e.text for e in cancelled.entries if isinstance(e, AssistantEntry))
     assert kept.startswith("1 2 3 4 5 6")
     assert len(kept.split()) < 100, "the stop must interrupt the stream promptly"
+
+
+async def continue_reply(entries: list[Entry]) -> list[str]:
+    model = OfflineModel(delay=0)
+    request = ModelRequest("", entries, list(TOOLS), continue_final=True)
+    parts = await asyncio.wait_for(_parts(model, request), timeout=10)
+    assert parts[-1] == FinishPart("stop")
+    return [p.text for p in parts if isinstance(p, TextPart)]
+
+
+async def _parts(model: OfflineModel, request: ModelRequest) -> list[ModelPart]:
+    return [p async for p in model.stream(request)]
+
+
+async def test_a_stopped_count_continues_from_the_next_number() -> None:
+    chunks = await continue_reply([UserEntry("count to 10"), AssistantEntry("1 2 3")])
+    assert chunks == [" 4", " 5", " 6", " 7", " 8", " 9", " 10"]
+    assert "1 2 3" + "".join(chunks) == "1 2 3 4 5 6 7 8 9 10"
+
+
+async def test_a_count_stopped_after_a_space_continues_without_a_gap() -> None:
+    chunks = await continue_reply([UserEntry("count to 10"), AssistantEntry("1 2 3 ")])
+    assert "".join(chunks) == "4 5 6 7 8 9 10"
+
+
+async def test_a_count_saved_in_pieces_continues_after_the_last_piece() -> None:
+    entries = [UserEntry("count to 6"), AssistantEntry("1 2"), AssistantEntry(" 3 4")]
+    assert "".join(await continue_reply(entries)) == " 5 6"
+
+
+async def test_a_count_in_someone_elses_words_continues_from_its_last_number() -> None:
+    chunks = await continue_reply([UserEntry("count to 5"), AssistantEntry("Sure: 1 2 3")])
+    assert "".join(chunks) == " 4 5"
+
+
+async def test_a_finished_count_gets_a_sentence_in_a_new_paragraph() -> None:
+    full = " ".join(str(n) for n in range(1, 11))
+    chunks = await continue_reply([UserEntry("count to 10"), AssistantEntry(full)])
+    text = "".join(chunks)
+    assert text.startswith("\n\n") and "nothing to add" in text
+    assert not any(ch.isdigit() for ch in text)
+
+
+async def test_its_own_stopped_reply_goes_on_where_it_stopped() -> None:
+    model = OfflineModel(delay=0, seed=3)
+    full = text_of(await collect(model, [UserEntry("hello there")]))
+    partial = full[:37]
+    rest = "".join(await continue_reply([UserEntry("hello there"), AssistantEntry(partial)]))
+    assert partial + rest == full
+
+
+async def test_an_answer_after_a_tool_goes_on_where_it_stopped() -> None:
+    entries: list[Entry] = [
+        UserEntry("what is 6*7?"),
+        ToolCallEntry("c1", "calculator", '{"expression": "6*7"}'),
+        ToolResultEntry("c1", "42"),
+        AssistantEntry("6*7 ="),
+    ]
+    assert "".join(await continue_reply(entries)) == " 42"
+
+
+async def test_a_reply_it_cannot_place_gets_one_short_sentence() -> None:
+    chunks = await continue_reply([UserEntry("tell me a story"), AssistantEntry("Once upon")])
+    assert "".join(chunks) == (
+        "\n\n(That is the whole reply: the offline model has nothing to add to it.)"
+    )
+
+
+async def test_through_the_runner_a_stopped_count_is_continued_in_the_session() -> None:
+    session = InMemorySession()
+    await session.append("chat", [UserEntry("count to 10"), AssistantEntry("1 2 3")], run_id="r1")
+    agent = Agent("a", model=OfflineModel(delay=0))
+    events = [
+        e
+        async for e in Runner.stream(
+            agent,
+            [],
+            session=session,
+            session_id="chat",
+            checkpoint=CheckpointOptions(
+                InMemoryCheckpointer(), "r2", if_run_exists="fail", delete_on_success=True
+            ),
+        )
+    ]
+    assert isinstance(events[-1], RunCompleted)
+    streamed = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert streamed == " 4 5 6 7 8 9 10"
+    assert events[-1].result.entries == [AssistantEntry(" 4 5 6 7 8 9 10")]
+    segments = await session.segments("chat")
+    assert [s.run_id for s in segments] == ["r1", "r2"]
+    reply = "".join(e.text for e in await session.load("chat") if isinstance(e, AssistantEntry))
+    assert reply == "1 2 3 4 5 6 7 8 9 10"

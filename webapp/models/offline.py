@@ -11,6 +11,10 @@ The model decides from the LAST user message and from what follows it in the
 request: a tool result after it means the tool already ran and it is time to
 answer. Call ids are matched within the request, never remembered, because
 the runtime may rewrite ids and the same instance serves many runs at once.
+
+Asked to continue an unfinished reply (`ModelRequest.continue_final`), it
+writes the rest of what it would have said -- a "count to 10" stopped at
+"1 2 3" goes on with " 4 5 ... 10" -- and otherwise adds one short sentence.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ _OPENERS = (
     "You're chatting with the offline model, a small scripted stand-in.",
     "Message received! The offline model read it, but can't really understand it.",
 )
+_NOTHING_TO_ADD = "(That is the whole reply: the offline model has nothing to add to it.)"
 _HELP = (
     "I can count (`count to 20`), do arithmetic (`what is 12*(3+4)?`) and tell the time "
     "(`what time is it?`).\n\n"
@@ -93,7 +98,9 @@ class OfflineModel:
         tools = {t.name for t in request.tools}
         message, after = _last_user_message(request.entries)
         answered = _answered_call(after)
-        if answered is not None:
+        if request.continue_final:
+            chunks = _continuation(message, after)
+        elif answered is not None:
             chunks = _split_words(_answer_for(*answered))
         else:
             action = self._decide(message, tools)
@@ -131,12 +138,75 @@ class OfflineModel:
         return _split_words(self._fallback_reply(message))
 
     def _fallback_reply(self, message: str) -> str:
-        opener = self._random.choice(_OPENERS)
-        text = message.strip() or "(an empty message)"
-        if len(text) > _MAX_QUOTE_CHARS:
-            text = text[:_MAX_QUOTE_CHARS] + " ..."
-        quote = "\n".join(f"> {line}" if line.strip() else ">" for line in text.splitlines())
-        return f"{opener} You wrote:\n\n{quote}\n\n{_HELP}"
+        return _fallback_text(self._random.choice(_OPENERS), message)
+
+
+def _fallback_text(opener: str, message: str) -> str:
+    text = message.strip() or "(an empty message)"
+    if len(text) > _MAX_QUOTE_CHARS:
+        text = text[:_MAX_QUOTE_CHARS] + " ..."
+    quote = "\n".join(f"> {line}" if line.strip() else ">" for line in text.splitlines())
+    return f"{opener} You wrote:\n\n{quote}\n\n{_HELP}"
+
+
+def _continuation(message: str, after: list[Entry]) -> list[str]:
+    """The chunks that carry on the unfinished reply at the end of `after`.
+
+    A reply this model could have been writing goes on from where it stopped;
+    a count that ends with a number goes on from the next one; anything else
+    gets one sentence in a new paragraph, so the result is always readable.
+    """
+    partial = "".join(e.text for e in _trailing_reply(after))
+    for full in _possible_replies(message, after):
+        if partial and len(partial) < len(full) and full.startswith(partial):
+            return _split_words(full[len(partial) :])
+    count = _COUNT.search(message)
+    rest = _count_rest(count.group(1), partial) if count else None
+    if rest is not None:
+        return rest
+    return _split_words(_paragraph_break(partial) + _NOTHING_TO_ADD)
+
+
+def _trailing_reply(after: list[Entry]) -> list[AssistantEntry]:
+    """The assistant text at the end of `after` (one reply, maybe saved in pieces)."""
+    tail: list[AssistantEntry] = []
+    for entry in reversed(after):
+        if isinstance(entry, AssistantEntry):
+            tail.insert(0, entry)
+        elif not isinstance(entry, ReasoningEntry):
+            break
+    return tail
+
+
+def _possible_replies(message: str, after: list[Entry]) -> list[str]:
+    """Every text this model streams for `message`, exactly as it streams it."""
+    answered = _answered_call(after)
+    if answered is not None:
+        texts = [_answer_for(*answered)]
+    else:
+        count = _COUNT.search(message)
+        expression = find_expression(message)
+        texts = ["".join(_count_chunks(count.group(1)))] if count else []
+        texts += [_calculation_text(expression)] if expression is not None else []
+        texts += [_fallback_text(opener, message) for opener in _OPENERS]
+    return ["".join(_split_words(text)) for text in texts]
+
+
+def _count_rest(raw: str, partial: str) -> list[str] | None:
+    """The numbers after the last one in `partial`, up to the count's limit, if any are left."""
+    limit = _count_limit(raw)
+    last = re.search(r"(\d+)(\s*)$", partial)
+    if limit is None or last is None or int(last.group(1)) >= limit:
+        return None
+    start = int(last.group(1)) + 1
+    return [f"{'' if last.group(2) else ' '}{start}"] + [
+        f" {n}" for n in range(start + 1, limit + 1)
+    ]
+
+
+def _paragraph_break(partial: str) -> str:
+    newlines = len(partial) - len(partial.rstrip("\n"))
+    return "\n" * max(0, 2 - newlines) if partial.strip() else ""
 
 
 def find_expression(text: str) -> str | None:
@@ -166,13 +236,18 @@ def _trim_candidate(raw: str) -> str | None:
     return text if isinstance(node, ast.BinOp) else None
 
 
-def _count_chunks(raw: str) -> list[str]:
+def _count_limit(raw: str) -> int | None:
+    """The N of "count to N", or None when it is more than this model counts to."""
     digits = raw.replace(",", "").replace("_", "")
-    if len(digits) > 6 or int(digits) > MAX_COUNT:
+    return None if len(digits) > 6 or int(digits) > MAX_COUNT else int(digits)
+
+
+def _count_chunks(raw: str) -> list[str]:
+    limit = _count_limit(raw)
+    if limit is None:
         return _split_words(
             f"I can count to at most {MAX_COUNT:,}; {raw} is more than that. Try a smaller number."
         )
-    limit = int(digits)
     if limit < 1:
         return ["There is nothing to count to 0."]
     return ["1"] + [f" {n}" for n in range(2, limit + 1)]
