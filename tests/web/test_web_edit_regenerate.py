@@ -140,9 +140,11 @@ async def test_regenerate_runs_the_last_message_again(web_client_factory: MakeCl
     chat_id = await three_exchanges(client)
     before = await client.web.session.segments(chat_id)
     page = await client.page(chat_id)
-    regenerate = buttons(page, "Regenerate")
-    assert len(regenerate) == 1
-    response = await client.http.post(form_of(regenerate[0]).attrs["action"] or "")
+    # Every reply offers Regenerate inside its own element (SPEC §7); the last one here.
+    assert [len(buttons(r, "Regenerate")) for r in replies(page)] == [1, 1, 1]
+    form = form_of(buttons(replies(page)[-1], "Regenerate")[0])
+    fields = {i.attrs["name"]: i.attrs["value"] for i in form.find_all("input")}
+    response = await client.http.post(form.attrs["action"] or "", data=fields)
     assert response.status_code == 303
     await client.wait_idle(chat_id)
     after = await client.web.session.segments(chat_id)

@@ -20,7 +20,7 @@ from webapp.transcript import (
     UserEntry,
 )
 from webapp.web import create_app
-from webapp.web.chat_store import ChatStore
+from webapp.web.chat_store import ChatStore, NewRun
 
 RUN = "0f" * 16
 
@@ -39,7 +39,7 @@ async def leave_behind(
     cp = SQLiteCheckpointer(db, wal=True)
     try:
         chat = await chats.create("crashed chat")
-        await chats.begin_run(chat.id, RUN)
+        await chats.begin_run(chat.id, NewRun(RUN))
         if stop_requested:
             await chats.request_stop(chat.id, RUN)
         if checkpoint:

@@ -72,7 +72,17 @@ def routes(static_dir: str | os.PathLike[str] = STATIC_DIR) -> list[Route | Moun
         Route(
             "/chats/{chat_id}/regenerate", messages.regenerate, methods=["POST"], name="regenerate"
         ),
+        Route("/chats/{chat_id}/switch", messages.switch, methods=["POST"], name="switch"),
         Route("/chats/{chat_id}/runs/{run_id}/stop", messages.stop, methods=["POST"], name="stop"),
+        Route(
+            "/chats/{chat_id}/runs/{run_id}/continue",
+            messages.continue_reply,
+            methods=["POST"],
+            name="continue",
+        ),
+        Route(
+            "/chats/{chat_id}/runs/{run_id}/branch", chats.branch, methods=["POST"], name="branch"
+        ),
         Route(
             "/chats/{chat_id}/runs/{run_id}/events", stream.events, methods=["GET"], name="events"
         ),
@@ -187,9 +197,14 @@ def _build_state(
 def _lifespan(state: WebApp) -> Any:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # The chat store moves segments and checkpoints in its own transactions:
+        # their tables must exist first.
+        await state.session.open()  # type: ignore[attr-defined]
+        await state.checkpointer.open()  # type: ignore[attr-defined]
         swept = await state.store.sweep()
         if swept:
             logger.warning("removed %d rows of deleted chats left by an earlier process", swept)
+        await state.store.backfill()
         await state.runs.recover()
         try:
             yield

@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 from typing import Union
 
 from webapp.stores.checkpoint import Checkpointer
-from webapp.stores.session import RewindableSession, Segment
+from webapp.stores.session import Segment, Session, new_run_id
 from webapp.transcript import UserEntry
-from webapp.web.chat_store import Chat, ChatStore
+from webapp.web.chat_store import Chat, ChatStore, NewRun
 from webapp.web.runs import RunManager, RunState
 from webapp.web.view_models import (
     ChatItem,
@@ -89,7 +89,6 @@ class ShownReply:
     chat: Chat
     reply: ReplyView
     position: str | None  # set while it still streams (a stop that timed out)
-    last: bool  # it is the chat's last reply (Regenerate goes under it)
 
 
 @dataclass(frozen=True)
@@ -102,10 +101,35 @@ class Deleted:
     chat_id: str
 
 
+@dataclass(frozen=True)
+class Switched:
+    chat: Chat
+
+
+@dataclass(frozen=True)
+class VersionNotFound:
+    chat: Chat
+
+
+@dataclass(frozen=True)
+class Branched:
+    chat: Chat  # the new chat
+
+
+@dataclass(frozen=True)
+class CannotContinue:
+    """The reply was neither stopped nor cut at the model's output limit, or is not last."""
+
+    chat: Chat
+
+
 SendOutcome = Union[Started, AlreadySent, Busy, ChatNotFound]
 NewChatOutcome = Union[Started, AlreadySent]
 EditOutcome = Union[Started, Busy, ChatNotFound, MessageNotFound]
 RegenerateOutcome = Union[Started, Busy, ChatNotFound, NothingToRegenerate]
+ContinueOutcome = Union[Started, Busy, ChatNotFound, RunNotFound, CannotContinue]
+SwitchOutcome = Union[Switched, Busy, ChatNotFound, VersionNotFound]
+BranchOutcome = Union[Branched, Busy, ChatNotFound, RunNotFound]
 StopOutcome = Union[ShownReply, ChatNotFound, RunNotFound]
 RenameOutcome = Union[Renamed, ChatNotFound]
 DeleteOutcome = Union[Deleted, ChatNotFound]
@@ -113,37 +137,19 @@ DeleteOutcome = Union[Deleted, ChatNotFound]
 
 @dataclass(frozen=True)
 class Conversation:
-    """What a chat page shows: the stored messages plus the live run not yet stored."""
+    """What a chat page shows: the shown path plus the live run not yet stored."""
 
     chat: Chat
     items: list[ChatItem]
     live: RunState | None
 
-    @property
-    def can_regenerate(self) -> bool:
-        return (
-            self.live is None
-            and not self.chat.active_run_id
-            and any(isinstance(i, ReplyView) for i in self.items)
-        )
-
 
 class ChatService:
     def __init__(
-        self,
-        *,
-        store: ChatStore,
-        session: RewindableSession,
-        checkpointer: Checkpointer,
-        runs: RunManager,
+        self, *, store: ChatStore, session: Session, checkpointer: Checkpointer, runs: RunManager
     ) -> None:
-        if not isinstance(session, RewindableSession):
-            raise TypeError(
-                f"{type(session).__name__} cannot rewind; the chat app needs a session "
-                "with rewind(), such as SQLiteSession"
-            )
         self.store = store
-        self.session = session
+        self.session = session  # the same file's: the store moves its segments between versions
         self.checkpointer = checkpointer
         self.runs = runs
         self._new_chat_lock = asyncio.Lock()
@@ -158,15 +164,24 @@ class ChatService:
 
     async def conversation(self, chat: Chat) -> Conversation:
         segments = await self.session.segments(chat.id)
-        items = items_from_segments(segments)
-        stored = {s.run_id for s in segments}
+        tree = await self.store.tree(chat.id)
         live = self.runs.latest(chat.id)
-        if live is None or live.run_id in stored or live.abandoned:
+        versions = tree.versions(tree.path())
+        items = items_from_segments(segments, versions)
+        stored = {s.run_id for s in segments}
+        if live is None or live.run_id in stored or live.abandoned or live.discarded:
             return Conversation(chat, items, None)
         if live.finished and chat.active_run_id != live.run_id:
             return Conversation(chat, items, None)
-        items.append(UserView(live.run_id, live.input_text))
-        return Conversation(chat, items, live)
+        if live.continues is not None:  # its reply streams in place of the stored one
+            live.reply.versions = versions.of_reply(live.continues)
+            shown = [
+                i for i in items if not (isinstance(i, ReplyView) and i.run_id == live.continues)
+            ]
+            return Conversation(chat, shown, live)
+        live.reply.versions = versions.of_reply(live.run_id)
+        user = UserView(live.run_id, live.input_text, versions.of_message(live.run_id))
+        return Conversation(chat, [*items, user], live)
 
     # --- starting runs -------------------------------------------------------------------
 
@@ -183,7 +198,7 @@ class ChatService:
                     return AlreadySent(chat)
             chat = await self.store.create()
             async with self.runs.lock(chat.id):
-                return await self._start(chat, text, client_id=client_id)
+                return await self._start(chat, text, NewRun(new_run_id(), client_id=client_id))
 
     async def send(self, chat_id: str, text: str, client_id: str | None) -> SendOutcome:
         async with self.runs.lock(chat_id):
@@ -194,10 +209,10 @@ class ChatService:
                 return AlreadySent(chat)
             if chat.active_run_id:
                 return Busy(chat)
-            return await self._start(chat, text, client_id=client_id)
+            return await self._start(chat, text, NewRun(new_run_id(), client_id=client_id))
 
     async def edit(self, chat_id: str, run_id: str, text: str) -> EditOutcome:
-        """SPEC §6 flow 3: rewind to just before the message whose run is ``run_id``."""
+        """A new version of the user message whose run is ``run_id`` (SPEC §7)."""
         async with self.runs.lock(chat_id):
             chat = await self._settled(chat_id)
             if chat is None:
@@ -208,10 +223,19 @@ class ChatService:
             index = _input_index(segments, run_id)
             if index is None:
                 return MessageNotFound(chat)
-            return await self._rewind_and_start(chat, segments, index, text)
+            first = segments[index].entries[0]
+            rename = None
+            if (
+                index == 0
+                and isinstance(first, UserEntry)
+                and chat.title == title_from_text(first.text)
+            ):
+                rename = title_from_text(text)  # the title was made from it: follow the edit
+            new = NewRun(new_run_id(), "edit", target=run_id, rename=rename)
+            return await self._start(chat, text, new)
 
-    async def regenerate(self, chat_id: str) -> RegenerateOutcome:
-        """SPEC §6 flow 4: run the last reply's message again."""
+    async def regenerate(self, chat_id: str, run_id: str | None = None) -> RegenerateOutcome:
+        """A new version of the reply of run ``run_id`` (the last reply when None)."""
         async with self.runs.lock(chat_id):
             chat = await self._settled(chat_id)
             if chat is None:
@@ -219,12 +243,32 @@ class ChatService:
             if chat.active_run_id:
                 return Busy(chat)
             segments = await self.session.segments(chat_id)
-            index = _input_index(segments, segments[-1].run_id) if segments else None
-            if index is None:
+            if run_id is None and segments:
+                run_id = segments[-1].run_id
+            index = _input_index(segments, run_id) if run_id is not None else None
+            if index is None or run_id is None:
                 return NothingToRegenerate(chat)
             first = segments[index].entries[0]
             text = first.text if isinstance(first, UserEntry) else ""
-            return await self._rewind_and_start(chat, segments, index, text)
+            return await self._start(chat, text, NewRun(new_run_id(), "regenerate", target=run_id))
+
+    async def continue_reply(self, chat_id: str, run_id: str) -> ContinueOutcome:
+        """Run the model again on a stopped or cut-short last reply; its text joins it."""
+        async with self.runs.lock(chat_id):
+            chat = await self._settled(chat_id)
+            if chat is None:
+                return ChatNotFound()
+            if chat.active_run_id:
+                return Busy(chat)
+            segments = await self.session.segments(chat_id)
+            if not any(s.run_id == run_id for s in segments):
+                return RunNotFound(chat)
+            replies = [i for i in items_from_segments(segments[-1:]) if isinstance(i, ReplyView)]
+            if segments[-1].run_id != run_id or not replies or not replies[0].can_continue:
+                return CannotContinue(chat)
+            new = NewRun(new_run_id(), "continue", target=run_id)
+            state = await self.runs.start(chat.id, new, "", continues=replies[0])
+            return Started(replace(chat, active_run_id=state.run_id), state)
 
     async def _settled(self, chat_id: str) -> Chat | None:
         """The chat as durable state says, after finishing the bookkeeping of a run
@@ -232,31 +276,45 @@ class ChatService:
         await self.runs.settle(chat_id)
         return await self.store.get(chat_id)
 
-    async def _start(self, chat: Chat, text: str, *, client_id: str | None = None) -> Started:
-        title = chat.title or title_from_text(text)
-        state = await self.runs.start(
-            chat.id, text, client_id=client_id, title=None if chat.title else title
-        )
+    async def _start(self, chat: Chat, text: str, new: NewRun) -> Started:
+        title = new.rename or chat.title or title_from_text(text)
+        if not chat.title:
+            new = replace(new, title=title)
+        state = await self.runs.start(chat.id, new, text)
         return Started(replace(chat, title=title, active_run_id=state.run_id), state)
 
-    async def _rewind_and_start(
-        self, chat: Chat, segments: list[Segment], index: int, text: str
-    ) -> Started:
-        """Rewind to just before segment ``index``'s message, then run ``text`` (lock held)."""
-        keep = sum(len(s.entries) for s in segments[:index])
-        await self.session.rewind(chat.id, keep_entries=keep)
-        for undone in segments[index:]:  # or a resume would write the undone tail back
-            await self.checkpointer.delete(undone.run_id)
-        first = segments[index].entries[0]
-        if (
-            index == 0
-            and isinstance(first, UserEntry)
-            and chat.title == title_from_text(first.text)
-        ):
-            # The first message was edited and the title was made from it: follow the edit.
-            chat = replace(chat, title=title_from_text(text))
-            await self.store.rename(chat.id, chat.title)
-        return await self._start(chat, text)
+    # --- versions ----------------------------------------------------------------------
+
+    async def switch(self, chat_id: str, run_id: str) -> SwitchOutcome:
+        """Show version ``run_id`` of a message or reply on the shown path (no model call)."""
+        async with self.runs.lock(chat_id):
+            chat = await self._settled(chat_id)
+            if chat is None:
+                return ChatNotFound()
+            if chat.active_run_id:
+                return Busy(chat)
+            tree = await self.store.tree(chat_id)
+            node = tree.nodes.get(run_id)
+            shown = {n.run_id for n in tree.path()}
+            if node is None or (node.parent_run_id is not None and node.parent_run_id not in shown):
+                return VersionNotFound(chat)
+            if run_id not in shown:
+                await self.store.switch(chat_id, run_id)
+            return Switched(chat)
+
+    async def branch(self, chat_id: str, run_id: str) -> BranchOutcome:
+        """A new chat with the shown path up to and including reply ``run_id``."""
+        async with self.runs.lock(chat_id):
+            chat = await self._settled(chat_id)
+            if chat is None:
+                return ChatNotFound()
+            if chat.active_run_id:
+                return Busy(chat)
+            segments = await self.session.segments(chat_id)
+            if not any(s.run_id == run_id for s in segments):
+                return RunNotFound(chat)
+            title = f"{chat.display_title} (branch)"
+            return Branched(await self.store.branch(chat_id, run_id, title))
 
     # --- stop, rename, delete --------------------------------------------------------------
 
@@ -269,11 +327,10 @@ class ChatService:
             state = self.runs.get(run_id)
             if state is not None and state.chat_id == chat_id:
                 await self.runs.stop(state)
-                last = state.finished and not state.abandoned
                 position = None if state.finished else state.position
-                return ShownReply(chat, state.reply, position, last)
+                return ShownReply(chat, state.reply, position)
             if chat.active_run_id == run_id:  # owed, but no task runs it here
-                await self.runs.stop_orphan(chat_id, run_id)
+                await self.runs.stop_orphan(chat, run_id)
             return await self.stored_reply(chat_id, run_id)
 
     async def stored_reply(self, chat_id: str, run_id: str) -> StopOutcome:
@@ -281,12 +338,10 @@ class ChatService:
         chat = await self.store.get(chat_id)
         if chat is None:
             return ChatNotFound()
-        segments = await self.session.segments(chat_id)
-        replies = [i for i in items_from_segments(segments) if isinstance(i, ReplyView)]
-        for reply in replies:
-            if reply.run_id == run_id:
-                last = reply is replies[-1] and not chat.active_run_id
-                return ShownReply(chat, reply, None, last)
+        conversation = await self.conversation(chat)
+        for item in conversation.items:
+            if isinstance(item, ReplyView) and item.run_id == run_id:
+                return ShownReply(chat, item, None)
         return RunNotFound(chat)
 
     async def rename(self, chat_id: str, title: str) -> RenameOutcome:

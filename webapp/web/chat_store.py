@@ -24,11 +24,20 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import aiosqlite
 
 from webapp.stores.sqlite import SQLiteBacked
+from webapp.stores.sqlite_session import (
+    StoredSegment,
+    append_segments,
+    cut_segments,
+    stored_segments,
+)
+from webapp.transcript import Entry
+from webapp.web import chat_tree
+from webapp.web.chat_tree import Tree
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (
@@ -37,7 +46,8 @@ CREATE TABLE IF NOT EXISTS chats (
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     active_run_id TEXT,
-    stop_requested_run_id TEXT
+    stop_requested_run_id TEXT,
+    continues_run_id TEXT
 );
 CREATE INDEX IF NOT EXISTS chats_by_update ON chats (updated_at DESC);
 CREATE TABLE IF NOT EXISTS sends (
@@ -55,7 +65,28 @@ CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);
 _SESSION_TABLE = "session_segments"
 _CHECKPOINT_TABLES = ("checkpoint_heads", "checkpoint_entries")
 
-_COLUMNS = "id, title, created_at, updated_at, active_run_id, stop_requested_run_id"
+_COLUMNS = (
+    "id, title, created_at, updated_at, active_run_id, stop_requested_run_id, continues_run_id"
+)
+
+NewRunKind = Literal["send", "edit", "regenerate", "continue"]
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """A run about to start, and where it goes in the chat's tree.
+
+    ``send`` follows the shown path; ``edit`` and ``regenerate`` make a new
+    version beside ``target`` (archiving ``target`` and what follows it);
+    ``continue`` adds no node: its text joins ``target``'s reply.
+    """
+
+    run_id: str
+    kind: NewRunKind = "send"
+    target: str | None = None
+    client_id: str | None = None
+    title: str | None = None  # the chat's title if it has none yet
+    rename: str | None = None  # a new title regardless (the first message was edited)
 
 
 @dataclass(frozen=True)
@@ -66,6 +97,7 @@ class Chat:
     updated_at: float
     active_run_id: str | None = None
     stop_requested_run_id: str | None = None
+    continues_run_id: str | None = None  # the reply the active run continues
 
     @property
     def display_title(self) -> str:
@@ -73,17 +105,19 @@ class Chat:
 
 
 def _chat(row: Any) -> Chat:
-    return Chat(str(row[0]), str(row[1]), float(row[2]), float(row[3]), row[4], row[5])
+    return Chat(str(row[0]), str(row[1]), float(row[2]), float(row[3]), row[4], row[5], row[6])
 
 
 class ChatStore(SQLiteBacked):
     """Chat metadata in the shared SQLite file (one connection, group commit)."""
 
     SCHEMA_NAME = "webapp_chats"
-    SCHEMA_VERSION = 2
-    SCHEMA_SQL = _SCHEMA
+    SCHEMA_VERSION = 3
+    SCHEMA_SQL = _SCHEMA + chat_tree.SCHEMA
     MIGRATIONS: ClassVar[Mapping[int, str]] = {
-        1: "CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);"
+        1: "CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);",
+        # Versions: the tree's table; chats stored before it are backfilled at start-up.
+        2: "ALTER TABLE chats ADD COLUMN continues_run_id TEXT;\n" + chat_tree.SCHEMA,
     }
 
     def __init__(self, path: str | os.PathLike[str], *, wal: bool = True) -> None:
@@ -142,11 +176,8 @@ class ChatStore(SQLiteBacked):
             tables = await _existing_tables(db)
             if _SESSION_TABLE in tables:
                 await db.execute(f"DELETE FROM {_SESSION_TABLE} WHERE session_id = ?", (chat_id,))
-            for table in _CHECKPOINT_TABLES:
-                if table in tables:
-                    await db.executemany(
-                        f"DELETE FROM {table} WHERE run_id = ?", [(r,) for r in run_ids]
-                    )
+            await _delete_checkpoints(db, run_ids, tables)
+            await db.execute("DELETE FROM chat_runs WHERE chat_id = ?", (chat_id,))
             await db.execute("DELETE FROM sends WHERE chat_id = ?", (chat_id,))
             cursor = await db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
             return cursor.rowcount > 0
@@ -159,7 +190,10 @@ class ChatStore(SQLiteBacked):
 
         async def remove(db: aiosqlite.Connection) -> int:
             tables = await _existing_tables(db)
-            removed = 0
+            cursor = await db.execute(
+                "DELETE FROM chat_runs WHERE chat_id NOT IN (SELECT id FROM chats)"
+            )
+            removed = cursor.rowcount
             if _SESSION_TABLE in tables:
                 cursor = await db.execute(
                     f"DELETE FROM {_SESSION_TABLE} WHERE session_id NOT IN (SELECT id FROM chats)"
@@ -205,26 +239,159 @@ class ChatStore(SQLiteBacked):
 
         return await self._store.read(select)
 
-    async def begin_run(
-        self, chat_id: str, run_id: str, *, client_id: str | None = None, title: str | None = None
-    ) -> None:
-        """Record the run in flight (and the client id that asked) in one transaction."""
+    async def begin_run(self, chat_id: str, new: NewRun) -> None:
+        """Record the run in flight in one transaction: its place in the tree (with the
+        versions it replaces archived and their checkpoints gone), the client id that
+        asked, and the chat's active run."""
         now = time.time()
 
         async def begin(db: aiosqlite.Connection) -> None:
-            if client_id is not None:
+            tree = await chat_tree.load_tree(db, chat_id)
+            if new.kind == "send":
+                path = tree.path()
+                parent = path[-1].run_id if path else None
+                await chat_tree.add_node(db, chat_id, tree, new.run_id, parent, new.run_id)
+            elif new.kind in ("edit", "regenerate") and new.target is not None:
+                node = tree.nodes[new.target]
+                archived = await chat_tree.archive_from(db, chat_id, new.target)
+                await _delete_checkpoints(db, archived)
+                message = new.run_id if new.kind == "edit" else node.message_id
+                await chat_tree.add_node(db, chat_id, tree, new.run_id, node.parent_run_id, message)
+            if new.client_id is not None:
                 await db.execute(
                     "INSERT INTO sends (chat_id, client_id, run_id, created_at) VALUES (?, ?, ?, ?)",
-                    (chat_id, client_id, run_id, now),
+                    (chat_id, new.client_id, new.run_id, now),
                 )
+            title = new.rename or new.title
             await db.execute(
                 "UPDATE chats SET active_run_id = ?, stop_requested_run_id = NULL, "
-                "updated_at = ?, title = CASE WHEN title = '' AND ? IS NOT NULL THEN ? "
-                "ELSE title END WHERE id = ?",
-                (run_id, now, title, title, chat_id),
+                "continues_run_id = ?, updated_at = ?, "
+                "title = CASE WHEN ? IS NOT NULL AND (title = '' OR ?) THEN ? ELSE title END "
+                "WHERE id = ?",
+                (
+                    new.run_id,
+                    new.target if new.kind == "continue" else None,
+                    now,
+                    title,
+                    new.rename is not None,
+                    title,
+                    chat_id,
+                ),
             )
 
         await self._store.write(begin)
+
+    async def tree(self, chat_id: str) -> Tree:
+        return await self._store.read(lambda db: chat_tree.load_tree(db, chat_id))
+
+    async def switch(self, chat_id: str, run_id: str) -> None:
+        """Show version ``run_id``: the path from its parent on is replaced by its own
+        (with the versions below it as they were last selected). No model is called."""
+
+        async def move(db: aiosqlite.Connection) -> None:
+            tree = await chat_tree.load_tree(db, chat_id)
+            parent = tree.nodes[run_id].parent_run_id
+            shown = tree.chosen(parent)
+            if shown is not None:
+                await chat_tree.archive_from(db, chat_id, shown.run_id)
+            await chat_tree.select(db, chat_id, tree, run_id)
+            tree = await chat_tree.load_tree(db, chat_id)
+            await chat_tree.restore(db, chat_id, [n.run_id for n in tree.path(parent)])
+            await db.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (time.time(), chat_id))
+
+        await self._store.write(move)
+
+    async def branch(self, chat_id: str, upto_run_id: str, title: str) -> Chat:
+        """A new chat holding the shown path up to and including ``upto_run_id``
+        (fresh run ids; no other versions)."""
+        now = time.time()
+        chat = Chat(uuid.uuid4().hex, title, now, now)
+
+        async def copy(db: aiosqlite.Connection) -> None:
+            await db.execute(
+                "INSERT INTO chats (id, title, created_at, updated_at) VALUES (?, ?, ?, ?)",
+                (chat.id, chat.title, chat.created_at, chat.updated_at),
+            )
+            segments: list[StoredSegment] = []
+            for segment in await stored_segments(db, chat_id):
+                segments.append(segment)
+                if segment.run_id == upto_run_id:
+                    break
+            tree = Tree([])
+            parent: str | None = None
+            for segment in segments:
+                run_id = uuid.uuid4().hex
+                await chat_tree.add_node(db, chat.id, tree, run_id, parent, run_id)
+                tree = await chat_tree.load_tree(db, chat.id)
+                moved = StoredSegment(
+                    run_id, segment.entry_count, segment.entries_json, segment.meta_json
+                )
+                await append_segments(db, chat.id, [moved])
+                parent = run_id
+
+        await self._store.write(copy)
+        return chat
+
+    async def end_continuation(
+        self,
+        chat_id: str,
+        run_id: str,
+        target: str,
+        produced: list[Entry] | None,
+        meta: dict[str, Any] | None,
+    ) -> list[Entry]:
+        """Fold continuation ``run_id`` into reply ``target``: one segment under the
+        target's run id, the continuation's own segment and checkpoint gone, the chat
+        idle -- one transaction. ``produced`` None: take the continuation's stored
+        segment (it completed before a crash). Returns the folded segment's entries."""
+
+        async def fold(db: aiosqlite.Connection) -> list[Entry]:
+            taken = {s.run_id: s for s in await cut_segments(db, chat_id, target)}
+            entries: list[Entry] = []
+            if target in taken:
+                own = taken.get(run_id)
+                if produced is not None:
+                    added = produced
+                else:
+                    added = own.decode(chat_id).entries if own is not None else []
+                entries = chat_tree.continued(taken[target].decode(chat_id).entries, added)
+                if meta is None and produced is None and own is not None:
+                    kept_meta = own.decode(chat_id).meta
+                else:
+                    kept_meta = meta
+                await append_segments(
+                    db, chat_id, [StoredSegment.encode(target, entries, kept_meta)]
+                )
+            await _delete_checkpoints(db, [run_id])
+            await db.execute(
+                "UPDATE chats SET active_run_id = NULL, stop_requested_run_id = NULL, "
+                "continues_run_id = NULL, updated_at = ? WHERE id = ? AND active_run_id = ?",
+                (time.time(), chat_id, run_id),
+            )
+            return entries
+
+        return await self._store.write(fold)
+
+    async def backfill(self) -> int:
+        """Tree nodes for chats stored before versions existed; returns how many chats."""
+
+        async def fill(db: aiosqlite.Connection) -> int:
+            if "session_segments" not in await _existing_tables(db):
+                return 0
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT id, active_run_id, continues_run_id FROM chats WHERE id IN ("
+                    "SELECT session_id FROM session_segments WHERE run_id NOT IN "
+                    "(SELECT run_id FROM chat_runs) UNION SELECT id FROM chats WHERE "
+                    "active_run_id IS NOT NULL AND continues_run_id IS NULL AND active_run_id "
+                    "NOT IN (SELECT run_id FROM chat_runs))"
+                )
+            )
+            for chat_id, active, continuing in rows:
+                await chat_tree.backfill(db, chat_id, None if continuing else active)
+            return len(rows)
+
+        return await self._store.write(fill)
 
     async def request_stop(self, chat_id: str, run_id: str) -> None:
         await self._update(chat_id, "stop_requested_run_id = ?", (run_id,))
@@ -235,7 +402,7 @@ class ChatStore(SQLiteBacked):
         async def end(db: aiosqlite.Connection) -> None:
             await db.execute(
                 "UPDATE chats SET active_run_id = NULL, stop_requested_run_id = NULL, "
-                "updated_at = ? WHERE id = ? AND active_run_id = ?",
+                "continues_run_id = NULL, updated_at = ? WHERE id = ? AND active_run_id = ?",
                 (time.time(), chat_id, run_id),
             )
 
@@ -254,3 +421,12 @@ class ChatStore(SQLiteBacked):
 async def _existing_tables(db: aiosqlite.Connection) -> set[str]:
     rows = await db.execute_fetchall("SELECT name FROM sqlite_master WHERE type = 'table'")
     return {str(r[0]) for r in rows}
+
+
+async def _delete_checkpoints(
+    db: aiosqlite.Connection, run_ids: list[str], tables: set[str] | None = None
+) -> None:
+    tables = tables if tables is not None else await _existing_tables(db)
+    for table in _CHECKPOINT_TABLES:
+        if table in tables:
+            await db.executemany(f"DELETE FROM {table} WHERE run_id = ?", [(r,) for r in run_ids])

@@ -29,6 +29,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import ClientDisconnect, Request
 
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_TITLE_CHARS = 200
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
@@ -232,3 +233,13 @@ async def read_title(request: Request) -> str:
     if len(title) > MAX_TITLE_CHARS:
         raise FormError(400, f"A title can be at most {MAX_TITLE_CHARS} characters long.")
     return title
+
+
+async def read_run_id(request: Request, *, required: bool) -> str | None:
+    """The ``run_id`` field naming a message or reply version (a run id: 32 hex digits)."""
+    value = (await read_fields(request, 4_096)).get("run_id") or None
+    if value is None and required:
+        raise FormError(400, "The form has no 'run_id' field; reload the page and retry.")
+    if value is not None and not _RUN_ID.match(value):
+        raise FormError(400, "The form's run_id is malformed; reload the page and retry.")
+    return value

@@ -28,9 +28,8 @@ class Fragments:
         """A reply element; with ``position`` it streams from there."""
         return self.templates.render("_reply.html", chat_id=chat_id, reply=reply, position=position)
 
-    def final_reply(self, chat_id: str, reply: ReplyView, last: bool = True) -> str:
-        """The finished reply plus, out of band, the Regenerate button under it and an
-        empty alert (a "still running" refusal is stale once the run has ended)."""
-        regenerate = self.templates.render("_regenerate.html", chat_id=chat_id, show=last, oob=True)
+    def final_reply(self, chat_id: str, reply: ReplyView) -> str:
+        """The finished reply plus, out of band, an empty alert (a "still running"
+        refusal is stale once the run has ended)."""
         alert = self.templates.render("_alert.html", alert="", oob=True)
-        return self.reply(chat_id, reply) + regenerate + alert
+        return self.reply(chat_id, reply) + alert

@@ -46,10 +46,11 @@ from webapp.runtime.agent import Agent
 from webapp.runtime.options import CheckpointOptions
 from webapp.runtime.runner import RunHandle, Runner
 from webapp.stores.checkpoint import Checkpointer
-from webapp.stores.session import Session, new_run_id
+from webapp.stores.session import Session
 from webapp.transcript import Entry, UserEntry, drop_dangling_tool_calls
 from webapp.web import event_names as names
-from webapp.web.chat_store import ChatStore
+from webapp.web.chat_store import Chat, ChatStore, NewRun
+from webapp.web.chat_tree import continued
 from webapp.web.fragments import Fragments
 from webapp.web.view_models import ReplyStatus, ReplyView, reply_from_entries, split_run
 
@@ -81,6 +82,7 @@ class RunState:
     stop_requested: bool = False
     abandoned: bool = False  # cancelled by shutdown: the checkpoint resumes it next start
     discarded: bool = False  # its chat is being deleted: record nothing
+    continues: str | None = None  # the reply (run id) this continuation goes on with
     fresh_text: bool = True  # the next text delta starts a new model turn
     fresh_reasoning: bool = True
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -165,16 +167,36 @@ class RunManager:
     # --- starting -----------------------------------------------------------------
 
     async def start(
-        self, chat_id: str, text: str, *, client_id: str | None = None, title: str | None = None
+        self, chat_id: str, new: NewRun, text: str, *, continues: ReplyView | None = None
     ) -> RunState:
-        """Start a new run; the caller holds the chat lock and checked none is active."""
-        run_id = new_run_id()
-        await self.chats.begin_run(chat_id, run_id, client_id=client_id, title=title)
-        state = self._new_state(chat_id, run_id, text, ReplyView(run_id))
+        """Record ``new`` in the chat and start it (chat lock held, no run active).
+
+        A continuation (``continues``: the reply it goes on with) runs with no
+        input; its text streams into that reply.
+        """
+        await self.chats.begin_run(chat_id, new)
+        if continues is None:
+            state = self._new_state(chat_id, new.run_id, text, ReplyView(new.run_id))
+        else:
+            state = self._continuing(chat_id, new.run_id, continues)
         options = CheckpointOptions(
-            self.checkpointer, run_id, if_run_exists="fail", delete_on_success=True
+            self.checkpointer, new.run_id, if_run_exists="fail", delete_on_success=True
         )
-        self._launch(state, text, options)
+        self._launch(state, [] if continues is not None else text, options)
+        return state
+
+    def _continuing(self, chat_id: str, run_id: str, reply: ReplyView) -> RunState:
+        shown = ReplyView(
+            reply.run_id,
+            "streaming",
+            reply.text,
+            reply.reasoning,
+            list(reply.tools),
+            live_run_id=run_id,
+        )
+        state = self._new_state(chat_id, run_id, "", shown)
+        state.continues = reply.run_id
+        state.fresh_text = not reply.text  # the first delta goes on from the partial text
         return state
 
     def _new_state(self, chat_id: str, run_id: str, text: str, reply: ReplyView) -> RunState:
@@ -259,6 +281,8 @@ class RunManager:
             return
         try:
             reply = await self._record_outcome(state, event)
+            tree = await self.chats.tree(state.chat_id)  # the finished reply keeps its switcher
+            reply.versions = tree.versions(tree.path()).of_reply(reply.run_id)
         except Exception as exc:  # the store failed: say so on the reply, keep the run owed
             logger.exception("run %s: could not record its outcome", state.run_id)
             reply = state.reply
@@ -269,33 +293,48 @@ class RunManager:
 
     async def _record_outcome(self, state: RunState, event: TerminalEvent) -> ReplyView:
         chat_id, run_id = state.chat_id, state.run_id
+        meta: dict[str, Any] | None = None
         if isinstance(event, RunCompleted):
             _, produced = split_run(event.result.entries)
-            reply = reply_from_entries(run_id, produced, "completed")
+            if event.result.finish_reason == "length":
+                meta = {"finish_reason": "length"}
+            if state.continues is None:
+                await self.chats.end_run(chat_id, run_id)
+                return reply_from_entries(run_id, produced, "completed", meta=meta)
+            entries = await self.chats.end_continuation(
+                chat_id, run_id, state.continues, produced, meta
+            )
+            return reply_from_entries(state.continues, entries[1:], "completed", meta=meta)
+        entries = drop_dangling_tool_calls(event.entries)
+        if isinstance(event, RunCancelled):
+            meta = {"status": "stopped"}
         else:
-            entries = drop_dangling_tool_calls(event.entries)
-            if not entries or not isinstance(entries[0], UserEntry):
-                # Refused before its first save: keep the user's message anyway.
-                entries = [UserEntry(state.input_text), *entries]
-            if isinstance(event, RunCancelled):
-                meta: dict[str, Any] = {"status": "stopped"}
-            else:
-                meta = {"status": "failed", "error": self.error_text(event.error)}
-            await self._keep_ended(chat_id, run_id, entries, meta)
-            status: ReplyStatus = "stopped" if isinstance(event, RunCancelled) else "failed"
-            return reply_from_entries(run_id, entries[1:], status, meta.get("error"))
-        await self.chats.end_run(chat_id, run_id)
-        return reply
+            meta = {"status": "failed", "error": self.error_text(event.error)}
+        if state.continues is None and (not entries or not isinstance(entries[0], UserEntry)):
+            # Refused before its first save: keep the user's message anyway.
+            entries = [UserEntry(state.input_text), *entries]
+        kept = await self._keep_ended(chat_id, run_id, entries, meta, state.continues)
+        status: ReplyStatus = "stopped" if isinstance(event, RunCancelled) else "failed"
+        return reply_from_entries(state.continues or run_id, kept[1:], status, meta=meta)
 
     async def _keep_ended(
-        self, chat_id: str, run_id: str, entries: list[Entry], meta: dict[str, Any]
-    ) -> None:
+        self,
+        chat_id: str,
+        run_id: str,
+        entries: list[Entry],
+        meta: dict[str, Any],
+        continues: str | None = None,
+    ) -> list[Entry]:
         """A stopped or failed run: its tool-consistent entries become a segment under
-        its own run_id, then its checkpoint goes (a resume would write them again)."""
+        its own run_id (a continuation's join the reply it continues), then its
+        checkpoint goes (a resume would write them again). Returns the segment's entries."""
+        if continues is not None:
+            return await self.chats.end_continuation(chat_id, run_id, continues, entries, meta)
         if entries:
             await self.session.append(chat_id, entries, run_id=run_id, meta=meta)
         await self.checkpointer.delete(run_id)
         await self.chats.end_run(chat_id, run_id)
+        return entries
 
     def error_text(self, error: BaseException) -> str:
         text = str(error) or type(error).__name__
@@ -323,13 +362,15 @@ class RunManager:
             return
         await self._finalize(state)
 
-    async def stop_orphan(self, chat_id: str, run_id: str) -> None:
+    async def stop_orphan(self, chat: Chat, run_id: str) -> None:
         """A stop for a run the chat owes but no task runs (a crash interrupted it):
         store what its checkpoint holds as stopped."""
-        await self.chats.request_stop(chat_id, run_id)
+        await self.chats.request_stop(chat.id, run_id)
         snapshot = await self.checkpointer.load(run_id)
         entries = drop_dangling_tool_calls(snapshot.entries) if snapshot is not None else []
-        await self._keep_ended(chat_id, run_id, entries, {"status": "stopped"})
+        await self._keep_ended(
+            chat.id, run_id, entries, {"status": "stopped"}, chat.continues_run_id
+        )
 
     async def discard(self, state: RunState) -> None:
         """Cancel a live run whose chat is being deleted: it records nothing more."""
@@ -348,12 +389,10 @@ class RunManager:
             return False
         return True
 
-    def reply_html(self, state: RunState, last: bool = True) -> str:
+    def reply_html(self, state: RunState) -> str:
         """A run's reply as it is now: streaming from the current position, or final."""
         if state.finished:
-            return self.fragments.final_reply(
-                state.chat_id, state.reply, last and not state.abandoned
-            )
+            return self.fragments.final_reply(state.chat_id, state.reply)
         return self.fragments.reply(state.chat_id, state.reply, state.position)
 
     # --- start-up and shutdown --------------------------------------------------------
@@ -367,31 +406,38 @@ class RunManager:
                 continue
             async with self.lock(chat.id):
                 try:
-                    resumed += await self._recover_one(chat.id, run_id, chat.stop_requested_run_id)
+                    resumed += await self._recover_one(chat, run_id)
                 except Exception:
                     logger.exception("chat %s: could not recover run %s", chat.id, run_id)
         return resumed
 
-    async def _recover_one(self, chat_id: str, run_id: str, stop_requested: str | None) -> int:
-        if stop_requested == run_id:
-            await self.stop_orphan(chat_id, run_id)
+    async def _recover_one(self, chat: Chat, run_id: str) -> int:
+        chat_id, continues = chat.id, chat.continues_run_id
+        if chat.stop_requested_run_id == run_id:
+            await self.stop_orphan(chat, run_id)
             return 0
         snapshot = await self.checkpointer.load(run_id)
         if snapshot is None:
-            await self.chats.end_run(chat_id, run_id)
+            if continues is not None:  # it finished: fold its stored segment in
+                await self.chats.end_continuation(chat_id, run_id, continues, None, None)
+            else:
+                await self.chats.end_run(chat_id, run_id)
             return 0
-        user, produced = split_run(snapshot.entries)
+        entries = drop_dangling_tool_calls(snapshot.entries)
         if snapshot.status == "failed":
             error = self.redact(snapshot.head.error or "The run failed.")
-            await self._keep_ended(
-                chat_id,
-                run_id,
-                drop_dangling_tool_calls(snapshot.entries),
-                {"status": "failed", "error": error},
-            )
+            meta = {"status": "failed", "error": error}
+            await self._keep_ended(chat_id, run_id, entries, meta, continues)
             return 0
-        reply = reply_from_entries(run_id, drop_dangling_tool_calls(produced), "streaming")
-        state = self._new_state(chat_id, run_id, user.text if user else "", reply)
+        if continues is not None:
+            base = next(s for s in await self.session.segments(chat_id) if s.run_id == continues)
+            merged = continued(base.entries, entries)
+            reply = reply_from_entries(continues, merged[1:], "streaming")
+            state = self._continuing(chat_id, run_id, reply)
+        else:
+            user, produced = split_run(entries)
+            reply = reply_from_entries(run_id, produced, "streaming")
+            state = self._new_state(chat_id, run_id, user.text if user else "", reply)
         options = CheckpointOptions(
             self.checkpointer, run_id, if_run_exists="resume_only", delete_on_success=True
         )

@@ -23,6 +23,7 @@ from webapp.transcript import (
     ToolResultEntry,
     UserEntry,
 )
+from webapp.web.chat_tree import PathVersions, Versions
 
 ReplyStatus = Literal["streaming", "completed", "stopped", "failed"]
 TURN_SEPARATOR = "\n\n"
@@ -60,7 +61,19 @@ class ReplyView:
     reasoning: str = ""
     tools: list[ToolCard] = field(default_factory=list)
     error: str | None = None
+    live_run_id: str | None = None  # the run streaming into it, when that is a continuation
+    cut_short: bool = False  # the model stopped at its output limit (finish_reason "length")
+    versions: Versions | None = None  # set when the reply has more than one version
     kind = "assistant"  # for templates: which partial draws this item
+
+    @property
+    def stream_run_id(self) -> str:
+        """The run whose events and Stop this reply's element uses."""
+        return self.live_run_id or self.run_id
+
+    @property
+    def can_continue(self) -> bool:
+        return self.status == "stopped" or (self.status == "completed" and self.cut_short)
 
     def add_text(self, text: str, *, new_turn: bool) -> str:
         """Append streamed text; returns what was appended (with a turn break)."""
@@ -99,6 +112,7 @@ class ReplyView:
 class UserView:
     run_id: str  # the run whose input this message is: the Edit key
     text: str
+    versions: Versions | None = None  # set when the message has more than one version
     kind = "user"
 
 
@@ -111,10 +125,16 @@ def tool_dom_id(call_id: str) -> str:
 
 
 def reply_from_entries(
-    run_id: str, entries: list[Entry], status: ReplyStatus, error: str | None = None
+    run_id: str, entries: list[Entry], status: ReplyStatus, *, meta: dict[str, Any] | None = None
 ) -> ReplyView:
-    """A reply from a run's produced entries (its input excluded)."""
+    """A reply from a run's produced entries (its input excluded); ``meta`` is the
+    segment's (status, error and finish reason as the web app records them)."""
+    error = None
+    if status == "failed":
+        found = (meta or {}).get("error")
+        error = str(found) if found else "The run failed."
     reply = ReplyView(run_id, status, error=error)
+    reply.cut_short = (meta or {}).get("finish_reason") == "length"
     texts, reasonings = [], []
     for entry in entries:
         if isinstance(entry, AssistantEntry) and entry.text:
@@ -137,27 +157,30 @@ def split_run(entries: list[Entry]) -> tuple[UserEntry | None, list[Entry]]:
     return None, list(entries)
 
 
-def status_from_meta(meta: dict[str, Any] | None) -> tuple[ReplyStatus, str | None]:
+def status_from_meta(meta: dict[str, Any] | None) -> ReplyStatus:
     """The web app records stopped and failed runs in the segment's meta."""
     status = (meta or {}).get("status")
-    if status == "stopped":
-        return "stopped", None
-    if status == "failed":
-        error = (meta or {}).get("error")
-        return "failed", str(error) if error else "The run failed."
-    return "completed", None
+    if status in ("stopped", "failed"):
+        return "stopped" if status == "stopped" else "failed"
+    return "completed"
 
 
-def items_from_segments(segments: list[Segment]) -> list[ChatItem]:
-    """Every message of a chat, in order, from its stored segments."""
+def items_from_segments(
+    segments: list[Segment], versions: PathVersions | None = None
+) -> list[ChatItem]:
+    """Every message of a chat, in order, from its stored segments (the shown path),
+    with each one's versions where it has more than one."""
     items: list[ChatItem] = []
     for seg in segments:
         user, rest = split_run(seg.entries)
         if user is not None:
-            items.append(UserView(seg.run_id, user.text))
-        status, error = status_from_meta(seg.meta)
+            message = versions.of_message(seg.run_id) if versions else None
+            items.append(UserView(seg.run_id, user.text, message))
+        status = status_from_meta(seg.meta)
         if rest or status != "completed" or user is not None:
-            items.append(reply_from_entries(seg.run_id, rest, status, error))
+            reply = reply_from_entries(seg.run_id, rest, status, meta=seg.meta)
+            reply.versions = versions.of_reply(seg.run_id) if versions else None
+            items.append(reply)
     return items
 
 

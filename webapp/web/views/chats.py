@@ -1,4 +1,4 @@
-"""Chat pages: a new chat, one chat, new chat with its first message, rename and delete."""
+"""Chat pages: a new chat, one chat, its first message, rename, branch and delete."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from webapp.web.app_state import web
-from webapp.web.chat_service import ChatNotFound
+from webapp.web.chat_service import Branched, Busy, ChatNotFound, RunNotFound
 from webapp.web.forms import (
     FormError,
     byte_limit,
@@ -15,6 +15,7 @@ from webapp.web.forms import (
     read_title,
 )
 from webapp.web.views.responses import (
+    BUSY,
     NO_CHAT,
     error_page,
     is_htmx,
@@ -72,6 +73,24 @@ async def rename(request: Request) -> Response:
     if isinstance(outcome, ChatNotFound):
         return await refuse(request, 404, NO_CHAT)
     return to_chat(request, chat_id)
+
+
+async def branch(request: Request) -> Response:
+    """POST /chats/{chat_id}/runs/{run_id}/branch: a new chat with the shown
+    conversation up to that reply, opened at once."""
+    outcome = await web(request).chats.branch(
+        request.path_params["chat_id"], request.path_params["run_id"]
+    )
+    if isinstance(outcome, ChatNotFound):
+        return await refuse(request, 404, NO_CHAT)
+    if isinstance(outcome, Busy):
+        return await refuse(request, 409, BUSY, chat=outcome.chat)
+    if isinstance(outcome, RunNotFound):
+        message = "That reply is not on this chat's page any more. Reload the page."
+        return await refuse(request, 404, message, chat=outcome.chat)
+    if isinstance(outcome, Branched):
+        return to_chat(request, outcome.chat.id)
+    raise AssertionError(f"unexpected outcome {outcome!r}")
 
 
 async def delete_confirm(request: Request) -> Response:

@@ -1,4 +1,4 @@
-"""The flows of SPEC §6 as endpoints: send, stop, edit and resend, regenerate.
+"""The flows as endpoints: send, stop, edit, regenerate, continue, switch versions.
 
 Each endpoint reads its form, calls one `ChatService` operation and turns
 the outcome into a response; the service decides (under the chat's lock)
@@ -16,13 +16,15 @@ from webapp.web.app_state import web
 from webapp.web.chat_service import (
     AlreadySent,
     Busy,
+    CannotContinue,
     ChatNotFound,
     MessageNotFound,
     NothingToRegenerate,
     RunNotFound,
     Started,
+    VersionNotFound,
 )
-from webapp.web.forms import FormError, read_message
+from webapp.web.forms import FormError, read_message, read_run_id
 from webapp.web.view_models import UserView
 from webapp.web.views.responses import (
     BUSY,
@@ -39,6 +41,12 @@ from webapp.web.views.responses import (
 NO_MESSAGE = "That message is not in this chat any more. Reload the page to see the chat as it is."
 NO_RUN = "There is no such run in this chat."
 NOTHING_TO_REGENERATE = "There is no reply to regenerate yet: send a message first."
+NO_VERSION = "That version is not on this chat's page any more. Reload the page to see it as it is."
+CANNOT_CONTINUE = (
+    "Only the last reply can be continued, and only when it was stopped or cut short "
+    "at the model's output limit."
+)
+BUSY_SWITCH = "A reply is still running in this chat. Wait for it to finish or press Stop first."
 
 
 async def send(request: Request) -> Response:
@@ -104,14 +112,55 @@ async def edit(request: Request) -> Response:
 
 
 async def regenerate(request: Request) -> Response:
-    """POST /chats/{chat_id}/regenerate: run the last reply's message again."""
-    outcome = await web(request).chats.regenerate(request.path_params["chat_id"])
+    """POST /chats/{chat_id}/regenerate (field ``run_id``; the last reply without it):
+    a new version of that reply."""
+    app = web(request)
+    chat_id = request.path_params["chat_id"]
+    try:
+        run_id = await read_run_id(request, required=False)
+    except FormError as exc:
+        return await refuse(request, exc.status, exc.message, chat=await app.chats.get(chat_id))
+    outcome = await app.chats.regenerate(chat_id, run_id)
     if isinstance(outcome, ChatNotFound):
         return await refuse(request, 404, NO_CHAT)
     if isinstance(outcome, Busy):
         return await refuse(request, 409, BUSY, chat=outcome.chat)
     if isinstance(outcome, NothingToRegenerate):
         return await refuse(request, 400, NOTHING_TO_REGENERATE, chat=outcome.chat)
+    return await chat_updated(request, outcome.chat)
+
+
+async def continue_reply(request: Request) -> Response:
+    """POST /chats/{chat_id}/runs/{run_id}/continue: the model goes on with that reply."""
+    app = web(request)
+    chat_id = request.path_params["chat_id"]
+    outcome = await app.chats.continue_reply(chat_id, request.path_params["run_id"])
+    if isinstance(outcome, ChatNotFound):
+        return await refuse(request, 404, NO_CHAT)
+    if isinstance(outcome, Busy):
+        return await refuse(request, 409, BUSY_SWITCH, chat=outcome.chat)
+    if isinstance(outcome, RunNotFound):
+        return await refuse(request, 404, NO_RUN, chat=outcome.chat)
+    if isinstance(outcome, CannotContinue):
+        return await refuse(request, 400, CANNOT_CONTINUE, chat=outcome.chat)
+    return await chat_updated(request, outcome.chat)
+
+
+async def switch(request: Request) -> Response:
+    """POST /chats/{chat_id}/switch (field ``run_id``): show that version."""
+    app = web(request)
+    chat_id = request.path_params["chat_id"]
+    try:
+        run_id = await read_run_id(request, required=True)
+    except FormError as exc:
+        return await refuse(request, exc.status, exc.message, chat=await app.chats.get(chat_id))
+    outcome = await app.chats.switch(chat_id, run_id or "")
+    if isinstance(outcome, ChatNotFound):
+        return await refuse(request, 404, NO_CHAT)
+    if isinstance(outcome, Busy):
+        return await refuse(request, 409, BUSY_SWITCH, chat=outcome.chat)
+    if isinstance(outcome, VersionNotFound):
+        return await refuse(request, 404, NO_VERSION, chat=outcome.chat)
     return await chat_updated(request, outcome.chat)
 
 
@@ -128,4 +177,4 @@ async def stop(request: Request) -> Response:
         return to_chat(request, chat_id)
     if outcome.position is not None:
         return HTMLResponse(app.fragments.reply(chat_id, outcome.reply, outcome.position))
-    return HTMLResponse(app.fragments.final_reply(chat_id, outcome.reply, outcome.last))
+    return HTMLResponse(app.fragments.final_reply(chat_id, outcome.reply))

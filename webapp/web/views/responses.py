@@ -67,7 +67,6 @@ async def page_context(request: Request, chat: Chat | None) -> dict[str, Any]:
         "chats": await app.chats.recent(),
         "items": conversation.items if conversation else [],
         "live": conversation.live if conversation else None,
-        "can_regenerate": conversation.can_regenerate if conversation else False,
         "client_id": new_client_id(),
         "max_message_chars": app.max_message_chars,
         "model_description": app.model_description,

@@ -23,7 +23,7 @@ async def events(request: Request) -> Response:
         stored = await app.chats.stored_reply(chat_id, run_id)
         if not isinstance(stored, ShownReply):
             raise HTTPException(404, f"No run {run_id} in this chat.")
-        html = app.fragments.final_reply(chat_id, stored.reply, stored.last)
+        html = app.fragments.final_reply(chat_id, stored.reply)
         return EventSourceResponse(sse.once(DONE, html), ping=sse.PING_SECONDS)
     if state.abandoned:
         # Shutting down with the run still owed: the browser retries, and the next

@@ -1,0 +1,245 @@
+"""A chat is a tree of runs; the session holds the one path on screen (SPEC §7).
+
+Every run the chat ever had is a node of ``chat_runs``: its parent is the run
+before it on its path, and ``message_id`` names the version of the user
+message it answers (an edit starts a new message, a regenerate a new run of
+the same message). Selection is recency: each node carries a ``selected``
+stamp, and the shown path takes, under each parent, the message whose newest
+stamp is largest and, within it, the run with the largest stamp. So choosing a
+version stamps one node, and the versions below it keep their own choice.
+
+Invariants, each named for the failure it prevents:
+- a run on the shown path lives in the session and nowhere else; a run off it
+  keeps its segment here (``entries_json``). Moving between the two happens in
+  one transaction with the selection change, so a crash can neither lose a
+  version nor show one twice;
+- the session is exactly the shown path, so the model never sees a version
+  that is not on screen;
+- a cut is always at a segment boundary: versions replace whole runs.
+
+The functions here work inside a transaction of `ChatStore` (one SQLite file,
+one connection) and never commit themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+import aiosqlite
+
+from webapp.stores.sqlite_session import (
+    StoredSegment,
+    append_segments,
+    cut_segments,
+    stored_segments,
+)
+from webapp.transcript import AssistantEntry, Entry
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS chat_runs (
+    run_id        TEXT    PRIMARY KEY,
+    chat_id       TEXT    NOT NULL,
+    parent_run_id TEXT,
+    message_id    TEXT    NOT NULL,
+    seq           INTEGER NOT NULL,
+    selected      INTEGER NOT NULL,
+    entry_count   INTEGER,
+    entries_json  TEXT,
+    meta_json     TEXT
+);
+CREATE INDEX IF NOT EXISTS chat_runs_by_chat ON chat_runs (chat_id, seq);
+"""
+
+
+@dataclass(frozen=True)
+class Node:
+    run_id: str
+    parent_run_id: str | None
+    message_id: str
+    seq: int  # creation order in the chat: versions are numbered by it
+    selected: int  # selection stamp: the largest is shown
+
+
+@dataclass(frozen=True)
+class Versions:
+    """Where a shown message or reply sits among its versions."""
+
+    index: int  # 1-based
+    count: int
+    previous: str | None  # the run to show for the previous version
+    next: str | None
+
+
+@dataclass(frozen=True)
+class PathVersions:
+    """For each run on the shown path, its message's and its reply's versions."""
+
+    messages: dict[str, Versions]
+    replies: dict[str, Versions]
+
+    def of_message(self, run_id: str) -> Versions | None:
+        """The switcher of run ``run_id``'s user message, if it has several versions."""
+        return _several(self.messages.get(run_id))
+
+    def of_reply(self, run_id: str) -> Versions | None:
+        return _several(self.replies.get(run_id))
+
+
+def _several(versions: Versions | None) -> Versions | None:
+    return versions if versions is not None and versions.count > 1 else None
+
+
+class Tree:
+    """The nodes of one chat, with the shown path and the version switchers."""
+
+    def __init__(self, nodes: Iterable[Node]) -> None:
+        self.nodes = {n.run_id: n for n in nodes}
+        self._children: dict[str | None, list[Node]] = {}
+        for node in sorted(self.nodes.values(), key=lambda n: n.seq):
+            self._children.setdefault(node.parent_run_id, []).append(node)
+
+    def children(self, parent: str | None) -> list[Node]:
+        return self._children.get(parent, [])
+
+    def messages_under(self, parent: str | None) -> list[list[Node]]:
+        """The message versions under ``parent`` in creation order, each its runs."""
+        groups: dict[str, list[Node]] = {}
+        for node in self.children(parent):
+            groups.setdefault(node.message_id, []).append(node)
+        return list(groups.values())
+
+    def chosen(self, parent: str | None) -> Node | None:
+        """The run shown under ``parent``: the newest selected message, then run."""
+        groups = self.messages_under(parent)
+        if not groups:
+            return None
+        group = max(groups, key=lambda runs: max(r.selected for r in runs))
+        return max(group, key=lambda r: r.selected)
+
+    def path(self, start: str | None = None) -> list[Node]:
+        """The shown path below ``start`` (the whole chat for None)."""
+        out: list[Node] = []
+        node = self.chosen(start)
+        while node is not None:
+            out.append(node)
+            node = self.chosen(node.run_id)
+        return out
+
+    def versions(self, path: list[Node]) -> PathVersions:
+        messages: dict[str, Versions] = {}
+        replies: dict[str, Versions] = {}
+        for node in path:
+            groups = self.messages_under(node.parent_run_id)
+            at = next(i for i, g in enumerate(groups) if g[0].message_id == node.message_id)
+            shown = [max(g, key=lambda r: r.selected).run_id for g in groups]
+            messages[node.run_id] = _versions(shown, at)
+            runs = [r.run_id for r in groups[at]]
+            replies[node.run_id] = _versions(runs, runs.index(node.run_id))
+        return PathVersions(messages, replies)
+
+    def last_seq(self) -> int:
+        return max((n.seq for n in self.nodes.values()), default=0)
+
+    def last_selected(self) -> int:
+        return max((n.selected for n in self.nodes.values()), default=0)
+
+
+def _versions(run_ids: list[str], at: int) -> Versions:
+    return Versions(
+        at + 1,
+        len(run_ids),
+        run_ids[at - 1] if at > 0 else None,
+        run_ids[at + 1] if at + 1 < len(run_ids) else None,
+    )
+
+
+def continued(entries: list[Entry], produced: list[Entry]) -> list[Entry]:
+    """A reply's entries with a continuation's appended: text that goes on from the
+    reply's last text joins that entry, so the model and the page see one reply."""
+    out, rest = list(entries), list(produced)
+    last, first = (out[-1] if out else None), (rest[0] if rest else None)
+    if isinstance(last, AssistantEntry) and isinstance(first, AssistantEntry):
+        out[-1] = replace(last, text=last.text + first.text)
+        rest.pop(0)
+    return out + rest
+
+
+# --- inside a ChatStore transaction ----------------------------------------------------
+
+
+async def load_tree(db: aiosqlite.Connection, chat_id: str) -> Tree:
+    rows = await db.execute_fetchall(
+        "SELECT run_id, parent_run_id, message_id, seq, selected FROM chat_runs WHERE chat_id = ?",
+        (chat_id,),
+    )
+    return Tree(Node(str(r[0]), r[1], str(r[2]), int(r[3]), int(r[4])) for r in rows)
+
+
+async def add_node(
+    db: aiosqlite.Connection,
+    chat_id: str,
+    tree: Tree,
+    run_id: str,
+    parent_run_id: str | None,
+    message_id: str,
+) -> None:
+    """A new run, selected (a new version is shown when it is made)."""
+    await db.execute(
+        "INSERT INTO chat_runs (run_id, chat_id, parent_run_id, message_id, seq, selected) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (run_id, chat_id, parent_run_id, message_id, tree.last_seq() + 1, tree.last_selected() + 1),
+    )
+
+
+async def archive_from(db: aiosqlite.Connection, chat_id: str, run_id: str) -> list[str]:
+    """Take run ``run_id`` and everything after it off the session into the archive;
+    returns the run ids taken."""
+    taken = await cut_segments(db, chat_id, run_id)
+    await db.executemany(
+        "UPDATE chat_runs SET entry_count = ?, entries_json = ?, meta_json = ? "
+        "WHERE chat_id = ? AND run_id = ?",
+        [(s.entry_count, s.entries_json, s.meta_json, chat_id, s.run_id) for s in taken],
+    )
+    return [s.run_id for s in taken]
+
+
+async def restore(db: aiosqlite.Connection, chat_id: str, run_ids: list[str]) -> None:
+    """Append the archived segments of ``run_ids`` to the session, in that order."""
+    if not run_ids:
+        return
+    marks = ",".join("?" * len(run_ids))
+    rows = await db.execute_fetchall(
+        f"SELECT run_id, entry_count, entries_json, meta_json FROM chat_runs "
+        f"WHERE chat_id = ? AND run_id IN ({marks}) AND entries_json IS NOT NULL",
+        (chat_id, *run_ids),
+    )
+    found = {str(r[0]): StoredSegment(str(r[0]), int(r[1]), str(r[2]), r[3]) for r in rows}
+    await append_segments(db, chat_id, [found[r] for r in run_ids if r in found])
+    await db.executemany(
+        "UPDATE chat_runs SET entry_count = NULL, entries_json = NULL, meta_json = NULL "
+        "WHERE chat_id = ? AND run_id = ?",
+        [(chat_id, r) for r in found],
+    )
+
+
+async def select(db: aiosqlite.Connection, chat_id: str, tree: Tree, run_id: str) -> None:
+    await db.execute(
+        "UPDATE chat_runs SET selected = ? WHERE chat_id = ? AND run_id = ?",
+        (tree.last_selected() + 1, chat_id, run_id),
+    )
+
+
+async def backfill(db: aiosqlite.Connection, chat_id: str, active_run_id: str | None) -> Tree:
+    """Nodes for a chat stored before versions existed: its session is one path."""
+    tree = await load_tree(db, chat_id)
+    parent: str | None = None
+    for segment in await stored_segments(db, chat_id):
+        if segment.run_id not in tree.nodes:
+            await add_node(db, chat_id, tree, segment.run_id, parent, segment.run_id)
+            tree = await load_tree(db, chat_id)
+        parent = segment.run_id
+    if active_run_id is not None and active_run_id not in tree.nodes:
+        await add_node(db, chat_id, tree, active_run_id, parent, active_run_id)
+        tree = await load_tree(db, chat_id)
+    return tree
