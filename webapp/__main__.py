@@ -165,7 +165,49 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def import_file(argv: Sequence[str]) -> int:
+    """`python -m webapp import FILE --db PATH`: a chat exported as JSON into a database."""
+    import asyncio
+    from pathlib import Path
+
+    from webapp.web.chat_export import MAX_FILE_BYTES, ChatFileError, parse
+    from webapp.web.chat_store import ChatStore
+
+    parser = argparse.ArgumentParser(
+        prog="webapp import", description="Import a chat exported as JSON into a chat database."
+    )
+    parser.add_argument("file", help="the exported chat (.json)")
+    parser.add_argument(
+        "--db",
+        default=os.environ.get("WEBAPP_DB") or "chat.db",
+        help="chat database file (env WEBAPP_DB; default ./chat.db)",
+    )
+    args = parser.parse_args(argv)
+    path = Path(args.file)
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ChatFileError(f"The file is larger than {MAX_FILE_BYTES:,} bytes.")
+        chat = parse(path.read_bytes())
+    except OSError as exc:
+        print(f"webapp import: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except ChatFileError as exc:
+        print(f"webapp import: {args.file}: {exc} Nothing was imported.", file=sys.stderr)
+        return 2
+
+    async def store() -> str:
+        async with ChatStore(args.db) as chats:
+            return await chats.import_chat(chat)
+
+    chat_id = asyncio.run(store())
+    print(f"webapp import: {chat.title or 'New chat'!r} is chat {chat_id} in {args.db}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["import"]:
+        return import_file(argv[1:])
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     import uvicorn

@@ -475,14 +475,6 @@ class SQLiteBacked:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._store.path!r}, wal={self._store.wal})"
 
-    async def open(self) -> None:
-        """Open the file and create or migrate this store's tables now, not at first use."""
-
-        async def nothing(db: aiosqlite.Connection) -> None:
-            return None
-
-        await self._store.read(nothing)
-
     async def close(self) -> None:
         """Finish queued writes and close the file; idempotent, a later call reopens."""
         await self._store.close()

@@ -35,7 +35,7 @@ from webapp.web.fragments import Fragments
 from webapp.web.runs import RunManager
 from webapp.web.security import SecurityMiddleware
 from webapp.web.templating import Templates
-from webapp.web.views import chats, messages, stream
+from webapp.web.views import chat_files, chats, messages, search, stream
 from webapp.web.views.responses import ERROR_TITLES, http_exception
 
 logger = logging.getLogger("webapp.web")
@@ -58,6 +58,8 @@ def routes(static_dir: str | os.PathLike[str] = STATIC_DIR) -> list[Route | Moun
     return [
         Route("/", chats.home, methods=["GET"], name="home"),
         Route("/chats", chats.new_chat, methods=["POST"], name="new_chat"),
+        Route("/chats/import", chat_files.import_chat, methods=["POST"], name="import_chat"),
+        Route("/search", search.search, methods=["GET"], name="search"),
         Route("/chats/{chat_id}", chats.chat_page, methods=["GET"], name="chat"),
         Route("/chats/{chat_id}/messages", messages.send, methods=["POST"], name="send"),
         Route(
@@ -87,6 +89,18 @@ def routes(static_dir: str | os.PathLike[str] = STATIC_DIR) -> list[Route | Moun
             "/chats/{chat_id}/runs/{run_id}/events", stream.events, methods=["GET"], name="events"
         ),
         Route("/chats/{chat_id}/rename", chats.rename, methods=["POST"], name="rename"),
+        Route(
+            "/chats/{chat_id}/export.md",
+            chat_files.export_markdown,
+            methods=["GET"],
+            name="export_markdown",
+        ),
+        Route(
+            "/chats/{chat_id}/export.json",
+            chat_files.export_json,
+            methods=["GET"],
+            name="export_json",
+        ),
         Route(
             "/chats/{chat_id}/delete", chats.delete_confirm, methods=["GET"], name="delete_confirm"
         ),
@@ -197,10 +211,6 @@ def _build_state(
 def _lifespan(state: WebApp) -> Any:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        # The chat store moves segments and checkpoints in its own transactions:
-        # their tables must exist first.
-        await state.session.open()  # type: ignore[attr-defined]
-        await state.checkpointer.open()  # type: ignore[attr-defined]
         swept = await state.store.sweep()
         if swept:
             logger.warning("removed %d rows of deleted chats left by an earlier process", swept)

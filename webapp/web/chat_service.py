@@ -29,6 +29,9 @@ from typing import Union
 from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.session import Segment, Session, new_run_id
 from webapp.transcript import UserEntry
+from webapp.web import chat_export
+from webapp.web.chat_export import ChatFile, ChatFileError
+from webapp.web.chat_search import SearchHit
 from webapp.web.chat_store import Chat, ChatStore, NewRun
 from webapp.web.runs import RunManager, RunState
 from webapp.web.view_models import (
@@ -121,6 +124,16 @@ class CannotContinue:
     """The reply was neither stopped nor cut at the model's output limit, or is not last."""
 
     chat: Chat
+
+
+@dataclass(frozen=True)
+class Imported:
+    chat: Chat
+
+
+@dataclass(frozen=True)
+class BadChatFile:
+    message: str
 
 
 SendOutcome = Union[Started, AlreadySent, Busy, ChatNotFound]
@@ -315,6 +328,25 @@ class ChatService:
                 return RunNotFound(chat)
             title = f"{chat.display_title} (branch)"
             return Branched(await self.store.branch(chat_id, run_id, title))
+
+    # --- files and search ------------------------------------------------------------------
+
+    async def export(self, chat_id: str) -> ChatFile | None:
+        return await self.store.export(chat_id)
+
+    async def import_chat(self, data: bytes) -> Imported | BadChatFile:
+        """A new chat from an exported JSON file; nothing is written unless all of it is valid."""
+        try:
+            parsed = chat_export.parse(data)
+        except ChatFileError as exc:
+            return BadChatFile(str(exc))
+        chat = await self.store.get(await self.store.import_chat(parsed))
+        if chat is None:
+            raise RuntimeError("an imported chat vanished before it could be shown")
+        return Imported(chat)
+
+    async def search(self, text: str) -> list[SearchHit]:
+        return await self.store.search(text)
 
     # --- stop, rename, delete --------------------------------------------------------------
 

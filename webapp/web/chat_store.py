@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Literal
 
 import aiosqlite
 
+from webapp.stores import sqlite_checkpoint, sqlite_session
 from webapp.stores.sqlite import SQLiteBacked
 from webapp.stores.sqlite_session import (
     StoredSegment,
@@ -36,7 +37,9 @@ from webapp.stores.sqlite_session import (
     stored_segments,
 )
 from webapp.transcript import Entry
-from webapp.web import chat_tree
+from webapp.web import chat_export, chat_search, chat_tree
+from webapp.web.chat_export import ChatFile
+from webapp.web.chat_search import SearchHit
 from webapp.web.chat_tree import Tree
 
 _SCHEMA = """
@@ -61,8 +64,9 @@ CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);
 """
 
 # The other stores' tables in the same file (webapp.stores.sqlite_session and
-# sqlite_checkpoint): a chat's delete and the start-up sweep reach them here.
-_SESSION_TABLE = "session_segments"
+# sqlite_checkpoint): a chat's delete, its versions and the start-up sweep
+# reach them here.
+_OTHER_STORES = sqlite_session.SCHEMA_SQL + sqlite_checkpoint.SCHEMA_SQL
 _CHECKPOINT_TABLES = ("checkpoint_heads", "checkpoint_entries")
 
 _COLUMNS = (
@@ -112,12 +116,16 @@ class ChatStore(SQLiteBacked):
     """Chat metadata in the shared SQLite file (one connection, group commit)."""
 
     SCHEMA_NAME = "webapp_chats"
-    SCHEMA_VERSION = 3
-    SCHEMA_SQL = _SCHEMA + chat_tree.SCHEMA
+    SCHEMA_VERSION = 4
+    # Its transactions span the session's and checkpoints' tables (the same
+    # statements their stores run), and the search index's triggers watch them.
+    SCHEMA_SQL = _OTHER_STORES + _SCHEMA + chat_tree.SCHEMA + chat_search.SCHEMA
     MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: "CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);",
         # Versions: the tree's table; chats stored before it are backfilled at start-up.
         2: "ALTER TABLE chats ADD COLUMN continues_run_id TEXT;\n" + chat_tree.SCHEMA,
+        # Search: the index and its triggers, filled from what is stored.
+        3: _OTHER_STORES + chat_search.SCHEMA + chat_search.REBUILD,
     }
 
     def __init__(self, path: str | os.PathLike[str], *, wal: bool = True) -> None:
@@ -173,10 +181,8 @@ class ChatStore(SQLiteBacked):
         in one transaction."""
 
         async def remove(db: aiosqlite.Connection) -> bool:
-            tables = await _existing_tables(db)
-            if _SESSION_TABLE in tables:
-                await db.execute(f"DELETE FROM {_SESSION_TABLE} WHERE session_id = ?", (chat_id,))
-            await _delete_checkpoints(db, run_ids, tables)
+            await db.execute("DELETE FROM session_segments WHERE session_id = ?", (chat_id,))
+            await _delete_checkpoints(db, run_ids)
             await db.execute("DELETE FROM chat_runs WHERE chat_id = ?", (chat_id,))
             await db.execute("DELETE FROM sends WHERE chat_id = ?", (chat_id,))
             cursor = await db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
@@ -189,26 +195,31 @@ class ChatStore(SQLiteBacked):
         returns how many rows went. Only safe before any run starts (at start-up)."""
 
         async def remove(db: aiosqlite.Connection) -> int:
-            tables = await _existing_tables(db)
-            cursor = await db.execute(
-                "DELETE FROM chat_runs WHERE chat_id NOT IN (SELECT id FROM chats)"
-            )
-            removed = cursor.rowcount
-            if _SESSION_TABLE in tables:
-                cursor = await db.execute(
-                    f"DELETE FROM {_SESSION_TABLE} WHERE session_id NOT IN (SELECT id FROM chats)"
-                )
+            removed = 0
+            for statement in (
+                "DELETE FROM chat_runs WHERE chat_id NOT IN (SELECT id FROM chats)",
+                "DELETE FROM session_segments WHERE session_id NOT IN (SELECT id FROM chats)",
+                *(
+                    f"DELETE FROM {table} WHERE run_id NOT IN (SELECT active_run_id "
+                    "FROM chats WHERE active_run_id IS NOT NULL)"
+                    for table in _CHECKPOINT_TABLES
+                ),
+            ):
+                cursor = await db.execute(statement)
                 removed += cursor.rowcount
-            for table in _CHECKPOINT_TABLES:
-                if table in tables:
-                    cursor = await db.execute(
-                        f"DELETE FROM {table} WHERE run_id NOT IN (SELECT active_run_id "
-                        "FROM chats WHERE active_run_id IS NOT NULL)"
-                    )
-                    removed += cursor.rowcount
             return removed
 
         return await self._store.write(remove)
+
+    async def export(self, chat_id: str) -> ChatFile | None:
+        return await self._store.read(lambda db: chat_export.read_chat(db, chat_id))
+
+    async def import_chat(self, chat: ChatFile) -> str:
+        """A validated chat file as a new chat, in one transaction; returns its id."""
+        return await self._store.write(lambda db: chat_export.store_import(db, chat))
+
+    async def search(self, text: str) -> list[SearchHit]:
+        return await self._store.read(lambda db: chat_search.search(db, text))
 
     async def find_send(self, client_id: str) -> tuple[str, str] | None:
         """(chat_id, run_id) of the run a client message id started, in any chat."""
@@ -376,8 +387,6 @@ class ChatStore(SQLiteBacked):
         """Tree nodes for chats stored before versions existed; returns how many chats."""
 
         async def fill(db: aiosqlite.Connection) -> int:
-            if "session_segments" not in await _existing_tables(db):
-                return 0
             rows = list(
                 await db.execute_fetchall(
                     "SELECT id, active_run_id, continues_run_id FROM chats WHERE id IN ("
@@ -418,15 +427,6 @@ class ChatStore(SQLiteBacked):
         return await self._store.write(update)
 
 
-async def _existing_tables(db: aiosqlite.Connection) -> set[str]:
-    rows = await db.execute_fetchall("SELECT name FROM sqlite_master WHERE type = 'table'")
-    return {str(r[0]) for r in rows}
-
-
-async def _delete_checkpoints(
-    db: aiosqlite.Connection, run_ids: list[str], tables: set[str] | None = None
-) -> None:
-    tables = tables if tables is not None else await _existing_tables(db)
+async def _delete_checkpoints(db: aiosqlite.Connection, run_ids: list[str]) -> None:
     for table in _CHECKPOINT_TABLES:
-        if table in tables:
-            await db.executemany(f"DELETE FROM {table} WHERE run_id = ?", [(r,) for r in run_ids])
+        await db.executemany(f"DELETE FROM {table} WHERE run_id = ?", [(r,) for r in run_ids])

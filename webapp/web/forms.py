@@ -243,3 +243,37 @@ async def read_run_id(request: Request, *, required: bool) -> str | None:
     if value is not None and not _RUN_ID.match(value):
         raise FormError(400, "The form's run_id is malformed; reload the page and retry.")
     return value
+
+
+async def read_upload(request: Request, field: str, max_bytes: int) -> bytes:
+    """The content of the one file in field ``field`` of a multipart form, at most
+    ``max_bytes``; FormError 400 when there is none, 413 when it is larger."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "multipart/form-data":
+        raise FormError(400, "Choose a file to upload (the form must be sent as multipart).")
+    overhead = 64 * 1024  # the multipart envelope around the file
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > max_bytes + overhead:
+        raise FormError(413, f"The file is larger than {max_bytes:,} bytes and was not read.")
+    body = await _read_body(request, max_bytes + overhead)
+    parser = MultiPartParser(
+        Headers({"content-type": request.headers.get("content-type", "")}),
+        _once(body),
+        max_files=1,
+        max_fields=10,
+        max_part_size=overhead,
+    )
+    try:
+        form = await parser.parse()
+    except MultiPartException as exc:
+        raise FormError(400, _unreadable(exc))
+    upload = form.get(field)
+    if not isinstance(upload, UploadFile):
+        raise FormError(400, "No file was chosen: choose a chat file, then Import.")
+    try:
+        data = await upload.read(max_bytes + 1)
+    finally:
+        await upload.close()
+    if len(data) > max_bytes:
+        raise FormError(413, f"The file is larger than {max_bytes:,} bytes and was not read.")
+    return data

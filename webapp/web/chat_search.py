@@ -1,0 +1,184 @@
+"""Full-text search over every chat: titles and the text of every message of every version.
+
+An FTS5 index (``chat_search``) holds one document per chat title and one per
+run, wherever the run's segment lives: the session (the shown path) or the
+version archive (``chat_runs.entries_json``). Triggers on those tables keep the
+index in step, so it changes in the same transaction as the append, rewind,
+switch, import or delete that changed the text -- no code path can forget it,
+and a crash can never leave the index behind the data. ``search_docs`` maps a
+document to its FTS rowid, so a delete is an index lookup, not a scan.
+
+User queries never reach FTS syntax: each word becomes a quoted string (the
+last one a prefix, for search as you type), so quotes, operators, brackets
+and markup are just text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import aiosqlite
+from markupsafe import Markup, escape
+
+# Which text of an entry is searchable: messages, replies, reasoning, tool results.
+_BODY = (
+    "(SELECT group_concat(COALESCE(json_extract(e.value, '$.text'), "
+    "json_extract(e.value, '$.output'), ''), ' ') FROM json_each({json}) AS e)"
+)
+
+
+def _add(chat: str, source: str, json: str) -> str:
+    """Trigger statements that index one row's text as a document."""
+    return f"""
+    INSERT INTO search_docs (chat_id, run_id, source) VALUES ({chat}, new.run_id, '{source}');
+    INSERT INTO chat_search (rowid, body) VALUES (last_insert_rowid(), {_BODY.format(json=json)});"""
+
+
+def _drop(chat: str, source: str) -> str:
+    """Trigger statements that take one row's document out of the index."""
+    return f"""
+    DELETE FROM chat_search WHERE rowid IN (SELECT id FROM search_docs
+        WHERE chat_id = {chat} AND run_id = old.run_id AND source = '{source}');
+    DELETE FROM search_docs WHERE chat_id = {chat} AND run_id = old.run_id AND source = '{source}';"""
+
+
+def _trigger(name: str, event: str, table: str, when: str, body: str) -> str:
+    condition = f" WHEN {when}" if when else ""
+    return f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} ON {table}{condition} BEGIN{body}\nEND;\n"
+
+
+_SESSION_ADD = _add("new.session_id", "session", "new.entries_json")
+_SESSION_DROP = _drop("old.session_id", "session")
+_ARCHIVE_ADD = _add("new.chat_id", "archive", "new.entries_json")
+_ARCHIVE_DROP = _drop("old.chat_id", "archive")
+
+SCHEMA = (
+    """
+CREATE VIRTUAL TABLE IF NOT EXISTS chat_search USING fts5(
+    body, tokenize = 'unicode61 remove_diacritics 2'
+);
+CREATE TABLE IF NOT EXISTS search_docs (
+    id      INTEGER PRIMARY KEY,
+    chat_id TEXT NOT NULL,
+    run_id  TEXT NOT NULL,
+    source  TEXT NOT NULL,
+    UNIQUE (chat_id, run_id, source)
+);
+CREATE INDEX IF NOT EXISTS search_docs_by_chat ON search_docs (chat_id);
+"""
+    # The shown path: every segment the session gains, loses or rewrites.
+    + _trigger("search_session_ai", "INSERT", "session_segments", "", _SESSION_ADD)
+    + _trigger("search_session_ad", "DELETE", "session_segments", "", _SESSION_DROP)
+    + _trigger(
+        "search_session_au", "UPDATE OF entries_json", "session_segments", "",
+        _SESSION_DROP + _SESSION_ADD,
+    )
+    # The other versions: a run's archived segment comes and goes with its moves.
+    + _trigger(
+        "search_archive_ai", "INSERT", "chat_runs", "new.entries_json IS NOT NULL", _ARCHIVE_ADD
+    )
+    + _trigger(
+        "search_archive_ad", "DELETE", "chat_runs", "old.entries_json IS NOT NULL", _ARCHIVE_DROP
+    )
+    + _trigger(
+        "search_archive_out", "UPDATE OF entries_json", "chat_runs",
+        "old.entries_json IS NOT NULL", _ARCHIVE_DROP,
+    )
+    + _trigger(
+        "search_archive_in", "UPDATE OF entries_json", "chat_runs",
+        "new.entries_json IS NOT NULL", _ARCHIVE_ADD,
+    )
+    + """
+CREATE TRIGGER IF NOT EXISTS search_title_ai AFTER INSERT ON chats BEGIN
+    INSERT INTO search_docs (chat_id, run_id, source) VALUES (new.id, '', 'title');
+    INSERT INTO chat_search (rowid, body) VALUES (last_insert_rowid(), new.title);
+END;
+CREATE TRIGGER IF NOT EXISTS search_title_au AFTER UPDATE OF title ON chats BEGIN
+    UPDATE chat_search SET body = new.title WHERE rowid IN
+        (SELECT id FROM search_docs WHERE chat_id = new.id AND source = 'title');
+END;
+CREATE TRIGGER IF NOT EXISTS search_title_ad AFTER DELETE ON chats BEGIN
+    DELETE FROM chat_search WHERE rowid IN
+        (SELECT id FROM search_docs WHERE chat_id = old.id AND source = 'title');
+    DELETE FROM search_docs WHERE chat_id = old.id AND source = 'title';
+END;
+"""
+)  # fmt: skip
+
+# Fills the index from what is stored (a database made before search existed).
+REBUILD = f"""
+DELETE FROM chat_search;
+DELETE FROM search_docs;
+INSERT INTO search_docs (chat_id, run_id, source) SELECT id, '', 'title' FROM chats;
+INSERT INTO search_docs (chat_id, run_id, source)
+    SELECT session_id, run_id, 'session' FROM session_segments;
+INSERT INTO search_docs (chat_id, run_id, source)
+    SELECT chat_id, run_id, 'archive' FROM chat_runs WHERE entries_json IS NOT NULL;
+INSERT INTO chat_search (rowid, body)
+    SELECT d.id, c.title FROM search_docs d JOIN chats c ON c.id = d.chat_id
+    WHERE d.source = 'title';
+INSERT INTO chat_search (rowid, body)
+    SELECT d.id, {_BODY.format(json="s.entries_json")} FROM search_docs d
+    JOIN session_segments s ON s.session_id = d.chat_id AND s.run_id = d.run_id
+    WHERE d.source = 'session';
+INSERT INTO chat_search (rowid, body)
+    SELECT d.id, {_BODY.format(json="r.entries_json")} FROM search_docs d
+    JOIN chat_runs r ON r.chat_id = d.chat_id AND r.run_id = d.run_id
+    WHERE d.source = 'archive';
+"""
+
+MAX_WORDS = 12
+MAX_RESULTS = 50
+_WORD = re.compile(r"\w+", re.UNICODE)
+_OPEN, _CLOSE = "\ue000", "\ue001"  # snippet markers, turned into <mark> after escaping
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    chat_id: str
+    title: str
+    updated_at: float
+    excerpt: Markup  # escaped text with the matching words in <mark>
+
+
+def fts_query(text: str) -> str | None:
+    """An FTS5 query matching every word of ``text`` (the last as a prefix), or None."""
+    words = _WORD.findall(text)[:MAX_WORDS]
+    if not words:
+        return None
+    quoted = ['"' + w.replace('"', '""') + '"' for w in words]
+    quoted[-1] += "*"
+    return " ".join(quoted)
+
+
+async def search(db: aiosqlite.Connection, text: str) -> list[SearchHit]:
+    """Chats whose title or any message (any version) matches, most recently active first."""
+    query = fts_query(text)
+    if query is None:
+        return []
+    rows = await db.execute_fetchall(
+        f"""
+        SELECT d.chat_id, c.title, c.updated_at,
+               snippet(chat_search, 0, '{_OPEN}', '{_CLOSE}', '…', 16)
+        FROM chat_search
+        JOIN search_docs d ON d.id = chat_search.rowid
+        JOIN chats c ON c.id = d.chat_id
+        WHERE chat_search MATCH ?
+        ORDER BY c.updated_at DESC, d.chat_id, d.source = 'title', chat_search.rank
+        LIMIT 2000
+        """,
+        (query,),
+    )
+    hits: dict[str, SearchHit] = {}
+    for chat_id, title, updated_at, snippet in rows:
+        if chat_id not in hits:
+            hits[chat_id] = SearchHit(chat_id, str(title), float(updated_at), _excerpt(snippet))
+        if len(hits) >= MAX_RESULTS:
+            break
+    return list(hits.values())
+
+
+def _excerpt(snippet: str | None) -> Markup:
+    text = str(escape(" ".join((snippet or "").split())))
+    return Markup(text.replace(_OPEN, "<mark>").replace(_CLOSE, "</mark>"))
