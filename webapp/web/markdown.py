@@ -1,6 +1,6 @@
-"""Markdown to safe HTML, with code blocks highlighted on the server.
+"""Markdown to safe HTML, with code blocks highlighted and math typeset on the server.
 
-User and model text are untrusted. Safety rests on three choices, each
+User and model text are untrusted. Safety rests on four choices, each
 named for the attack it stops:
 - raw HTML is off (``html=False``): ``<script>`` or ``<img onerror>`` in a
   message is shown as text, never parsed as markup;
@@ -8,19 +8,35 @@ named for the attack it stops:
   and scheme-less relative links): ``javascript:`` and ``data:`` links render
   as plain text;
 - images are disabled: the CSP only allows same-origin images, and a remote
-  image would be a tracking beacon anyway, so ``![x](url)`` stays a link.
-Every link gets ``rel="noopener noreferrer nofollow"``.
+  image would be a tracking beacon anyway, so ``![x](url)`` stays a link;
+- math is re-serialised from the converter's element tree, never taken as
+  the converter's string: that string un-escapes text, so ``\\text{<script>}``
+  would come out as a real tag, and ``\\href``, ``\\style`` and ``\\class`` would
+  carry attributes. Only allow-listed MathML elements and attributes survive,
+  and every text is escaped.
+Every link gets ``rel="noopener noreferrer nofollow"``. Math needs no script
+(MathML is laid out by the browser), and a formula that cannot be converted,
+or would cost too much, is shown as code, never as an error.
 """
 
 from __future__ import annotations
 
+import functools
+import html
 import re
+from collections.abc import Callable
+from xml.etree.ElementTree import Element
 
+from latex2mathml.converter import convert_to_element
 from markdown_it import MarkdownIt
 from markdown_it.renderer import RendererHTML
+from markdown_it.rules_block import StateBlock
+from markdown_it.rules_inline import StateInline
 from markdown_it.token import Token
 from markdown_it.utils import EnvType, OptionsDict
 from markupsafe import Markup, escape
+from mdit_py_plugins.dollarmath import dollarmath_plugin
+from mdit_py_plugins.dollarmath.index import math_inline_dollar
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
@@ -85,6 +101,244 @@ def _code_block(
     return _highlight(tokens[idx].content, "")
 
 
+# --- Math ---------------------------------------------------------------------
+#
+# Finding math: mdit-py-plugins' dollarmath for $..$ and $$..$$. It honours
+# backslash-escaped dollars, leaves code spans and blocks alone (they are parsed
+# first), and with the settings in _build() leaves prices as text: no space just
+# inside the dollars and no digit just outside them, the rule pandoc uses, so
+# "$5 and $10" is not math (nor, a rule of ours, "US$5"). Its own digit check
+# reads the character before a "$" at the very start of a paragraph as the
+# paragraph's LAST character ("$x$ is 4" would not be math), so the digit check
+# is done here instead (_dollar_rule).
+# texmath's "brackets" mode is not used for \(..\) and \[..\]: it only finds \[ at
+# the start of a block, drops any text after the closing \] on that line, and its
+# tokens collide with dollarmath's names; two small rules below do it instead.
+#
+# Converting: latex2mathml, pure Python, to MathML that browsers lay out without
+# any script. Its string output is unsafe (see the module docstring), so the
+# element tree is written out by _write_mathml.
+
+# One formula, in characters: the converter is roughly quadratic on some
+# malformed input (~50 ms at this size); longer is shown as code.
+_MATH_MAX_CHARS = 2_000
+# All formulas of one message: past this, the rest are shown as code, so a page
+# render stays well under a second whatever a reply holds.
+_MATH_BUDGET_CHARS = 20_000
+_MATH_BUDGET_KEY = "math_chars"
+# Macros can expand far beyond the source's length; a chat reply has no need of them.
+_MACRO_DEFINITION = re.compile(
+    r"\\(?:[gex]?def|let|(?:re)?newcommand|providecommand|(?:re)?newenvironment"
+    r"|DeclareMathOperator)(?![A-Za-z])"
+)
+# latex2mathml passes a command it does not know through as text ("<mi>\ce</mi>"):
+# that is a failed conversion too, shown as code rather than half-typeset.
+_COMMAND = re.compile(r"\\[A-Za-z]+")
+# MathML Core presentation elements. Anything else the converter emits becomes an
+# <mrow> around its (filtered) children, so no element can carry a link or script.
+_MATH_ELEMENTS = frozenset({
+    "mrow", "mi", "mn", "mo", "ms", "mtext", "mspace", "msup", "msub", "msubsup", "mfrac",
+    "msqrt", "mroot", "mstyle", "mpadded", "mphantom", "mover", "munder", "munderover",
+    "mmultiscripts", "mprescripts", "none", "mtable", "mtr", "mtd", "menclose", "merror",
+})  # fmt: skip
+# Layout attributes only: no href, style, class, id or on*; and no mathcolor or
+# mathbackground, which ignore the dark theme and could hide text.
+_MATH_ATTRIBUTES = frozenset({
+    "mathvariant", "stretchy", "fence", "separator", "lspace", "rspace", "accent",
+    "accentunder", "form", "largeop", "movablelimits", "symmetric", "minsize", "maxsize",
+    "mathsize", "displaystyle", "scriptlevel", "linethickness", "width", "height", "depth",
+    "voffset", "notation", "columnalign", "rowalign", "columnlines", "rowlines",
+    "columnspacing", "rowspacing", "frame", "framespacing", "columnspan", "rowspan",
+    "linebreak", "align", "equalrows", "equalcolumns",
+})  # fmt: skip
+_MATH_VALUE = re.compile(r"[A-Za-z0-9 .+%-]{1,64}")
+_NUMBER = re.compile(r"\d*\.?\d+")
+# Elements deep. Real formulas stay far below (a ten-level continued fraction is
+# about 30); the converter can nest nearly a thousand, which a browser's parser
+# would flatten and a recursive writer would choke on.
+_MATH_MAX_DEPTH = 64
+# Lengths (em, pt, ...) above this are dropped: "\hspace{99999em}" would push the
+# page sideways, and no real formula needs that much space.
+_MATH_MAX_LENGTH = 20.0
+_CLOSERS = {"$": "$", "$$": "$$", "\\(": "\\)", "\\[": "\\]"}
+_MATH_ERROR_TITLE = "This formula could not be typeset"
+
+
+def _dollar_rule() -> Callable[[StateInline, bool], bool]:
+    """dollarmath's inline rule, refusing a "$" with a digit just outside it.
+
+    A letter before the opening "$" refuses it too: "US$5", "A$20" are prices.
+    """
+    find = math_inline_dollar(allow_space=False, allow_digits=True, allow_double=True)
+
+    def rule(state: StateInline, silent: bool) -> bool:
+        src, start = state.src, state.pos
+        if src[start] != "$" or (start > 0 and src[start - 1].isalnum()):
+            return False
+        if not find(state, True):
+            return False
+        end, state.pos = state.pos, start
+        if end > state.posMax or (end < len(src) and src[end].isdigit()):
+            return False
+        if silent:
+            state.pos = end
+            return True
+        return find(state, False)
+
+    return rule
+
+
+def _find_closer(text: str, start: int, closer: str, stop: int) -> int:
+    r"""Index of the first ``closer`` (``\)`` or ``\]``) in text[start:stop] not
+    preceded by an odd run of backslashes (``\\)`` is a line break, then ")"); -1 if none."""
+    found = text.find(closer, start, stop)
+    while found >= 0:
+        before = found
+        while before > start and text[before - 1] == "\\":
+            before -= 1
+        if (found - before) % 2 == 0:
+            return found
+        found = text.find(closer, found + 1, stop)
+    return -1
+
+
+def _bracket_inline(state: StateInline, silent: bool) -> bool:
+    r"""``\(..\)`` inline and ``\[..\]`` display math anywhere in a paragraph.
+
+    It runs before the "escape" rule, which would otherwise read ``\(`` as an
+    escaped parenthesis. A closer further than _MATH_MAX_CHARS away is not looked
+    for (the scan stays linear), so such an opener is plain text.
+    """
+    src, start = state.src, state.pos
+    if src[start] != "\\" or start + 1 >= state.posMax or src[start + 1] not in "([":
+        return False
+    opener = src[start : start + 2]
+    stop = min(state.posMax, start + 2 + _MATH_MAX_CHARS + 2)
+    end = _find_closer(src, start + 2, _CLOSERS[opener], stop)
+    if end < 0 or not src[start + 2 : end].strip():
+        return False
+    if not silent:
+        token = state.push("math_inline" if opener == "\\(" else "math_inline_double", "math", 0)
+        token.content = src[start + 2 : end]
+        token.markup = opener
+    state.pos = end + 2
+    return True
+
+
+def _bracket_block(state: StateBlock, start_line: int, end_line: int, silent: bool) -> bool:
+    r"""``\[..\]`` opening a block, over one or more lines up to a line ending in ``\]``.
+
+    Like dollarmath's ``$$`` block, it keeps lines such as "+ b" inside the formula
+    instead of letting them start a list; text after the closing ``\]`` leaves the
+    whole thing to the paragraph (and _bracket_inline).
+    """
+    if state.is_code_block(start_line):
+        return False
+    begin = state.bMarks[start_line] + state.tShift[start_line]
+    if not state.src.startswith("\\[", begin):
+        return False
+    parts: list[str] = []
+    line, pos, length = start_line, begin + 2, 0
+    while line < end_line:
+        text = state.src[pos : state.eMarks[line]]
+        if line > start_line and (state.isEmpty(line) or state.sCount[line] < state.blkIndent):
+            return False
+        length += len(text) + 1
+        if length > _MATH_MAX_CHARS + 4:  # as in _bracket_inline: keep the scan short
+            return False
+        close = _find_closer(text, 0, "\\]", len(text))
+        if close >= 0:
+            if text[close + 2 :].strip():
+                return False
+            parts.append(text[:close])
+            break
+        parts.append(text)
+        line += 1
+        if line < end_line:
+            pos = state.bMarks[line] + state.tShift[line]
+    else:  # no line ends the formula
+        return False
+    if silent:
+        return True
+    state.line = line + 1
+    token = state.push("math_block", "math", 0)
+    token.block = True
+    token.content = "\n".join(parts)
+    token.markup = "\\["
+    token.map = [start_line, state.line]
+    return True
+
+
+def _math_attributes(element: Element) -> str:
+    kept = []
+    for name, value in element.attrib.items():
+        if name not in _MATH_ATTRIBUTES or not _MATH_VALUE.fullmatch(value):
+            continue
+        if any(float(number) > _MATH_MAX_LENGTH for number in _NUMBER.findall(value)):
+            continue
+        kept.append(f' {name}="{escape(value)}"')
+    return "".join(kept)
+
+
+def _write_mathml(element: Element, out: list[str], depth: int = 1) -> None:
+    """Append ``element`` as allow-listed MathML with every text escaped.
+
+    The converter stores characters as references ("&#x0211D;") in its text and
+    leaves the user's text raw, so text is unescaped once and escaped again.
+    """
+    if depth > _MATH_MAX_DEPTH:
+        raise ValueError(f"formula nested more than {_MATH_MAX_DEPTH} elements deep")
+    tag = element.tag if element.tag in _MATH_ELEMENTS else "mrow"
+    out.append(f"<{tag}{_math_attributes(element)}>")
+    if element.text:
+        text = html.unescape(element.text)
+        if tag != "mtext" and _COMMAND.fullmatch(text):
+            raise ValueError(f"latex2mathml does not know the command {text}")
+        out.append(str(escape(text)))
+    for child in element:
+        _write_mathml(child, out, depth + 1)
+    out.append(f"</{tag}>")
+    if element.tail:
+        out.append(str(escape(html.unescape(element.tail))))
+
+
+@functools.lru_cache(maxsize=256)
+def _to_mathml(latex: str, display: bool) -> str | None:
+    """Safe MathML for ``latex``; None if it cannot be converted (pages re-render
+    every reply on each load, hence the cache)."""
+    if len(latex) > _MATH_MAX_CHARS or _MACRO_DEFINITION.search(latex):
+        return None
+    mode = "block" if display else "inline"
+    out = [f'<math display="{mode}">']
+    try:
+        for child in convert_to_element(latex, display=mode):
+            _write_mathml(child, out)
+    except Exception:  # noqa: BLE001 -- any failure means "show the source instead"
+        # Malformed LaTeX surfaces as many exception types: latex2mathml's own,
+        # StopIteration, IndexError, RecursionError for deep nesting...
+        return None
+    out.append("</math>")
+    return "".join(out)
+
+
+def _render_math(
+    self: RendererHTML, tokens: list[Token], idx: int, options: OptionsDict, env: EnvType
+) -> str:
+    """MathML for a math token, or its source as code when that cannot be had."""
+    token = tokens[idx]
+    latex = token.content.strip()
+    # Counted even when cached, so a message renders the same on every load.
+    spent = env.get(_MATH_BUDGET_KEY, 0) + len(latex)
+    env[_MATH_BUDGET_KEY] = spent
+    display = token.type != "math_inline"
+    mathml = _to_mathml(latex, display) if spent <= _MATH_BUDGET_CHARS else None
+    if mathml is None:
+        source = escape(token.markup + token.content + _CLOSERS.get(token.markup, ""))
+        shown = f'<code class="math-error" title="{_MATH_ERROR_TITLE}">{source}</code>'
+        return f"<p>{shown}</p>\n" if token.block else shown
+    return mathml + "\n" if token.block else mathml
+
+
 def _build() -> MarkdownIt:
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
     md.enable(["table", "strikethrough"])
@@ -93,6 +347,14 @@ def _build() -> MarkdownIt:
     md.add_render_rule("link_open", _render_link_open)
     md.add_render_rule("fence", _fence)
     md.add_render_rule("code_block", _code_block)
+    # Labels ("$$x$$ (eq1)") would add anchors, and a blank line inside $$..$$ would
+    # let one stray "$$" swallow the paragraphs after it.
+    dollarmath_plugin(md, allow_labels=False, allow_blank_lines=False, double_inline=True)
+    md.inline.ruler.at("math_inline", _dollar_rule())
+    md.inline.ruler.before("escape", "math_bracket", _bracket_inline)
+    md.block.ruler.after("math_block", "math_block_bracket", _bracket_block)
+    for kind in ("math_inline", "math_inline_double", "math_block"):
+        md.add_render_rule(kind, _render_math)
     return md
 
 
