@@ -129,6 +129,7 @@ INSERT INTO chat_search (rowid, body)
 """
 
 MAX_WORDS = 12
+MIN_PREFIX = 3  # shorter prefixes ("p*") match nearly every document: too costly to help
 MAX_RESULTS = 50
 _WORD = re.compile(r"\w+", re.UNICODE)
 _OPEN, _CLOSE = "\ue000", "\ue001"  # snippet markers, turned into <mark> after escaping
@@ -143,12 +144,14 @@ class SearchHit:
 
 
 def fts_query(text: str) -> str | None:
-    """An FTS5 query matching every word of ``text`` (the last as a prefix), or None."""
+    """An FTS5 query matching every word of ``text`` (the last, if long enough, as a
+    prefix), or None when it has no words."""
     words = _WORD.findall(text)[:MAX_WORDS]
     if not words:
         return None
     quoted = ['"' + w.replace('"', '""') + '"' for w in words]
-    quoted[-1] += "*"
+    if len(words[-1]) >= MIN_PREFIX:
+        quoted[-1] += "*"  # still typing: "pyth" finds "python"
     return " ".join(quoted)
 
 
@@ -157,26 +160,35 @@ async def search(db: aiosqlite.Connection, text: str) -> list[SearchHit]:
     query = fts_query(text)
     if query is None:
         return []
-    rows = await db.execute_fetchall(
-        f"""
-        SELECT d.chat_id, c.title, c.updated_at,
-               snippet(chat_search, 0, '{_OPEN}', '{_CLOSE}', '…', 16)
-        FROM chat_search
-        JOIN search_docs d ON d.id = chat_search.rowid
-        JOIN chats c ON c.id = d.chat_id
-        WHERE chat_search MATCH ?
-        ORDER BY c.updated_at DESC, d.chat_id, d.source = 'title', chat_search.rank
-        LIMIT 2000
-        """,
-        (query,),
+    # One pass over the matches finds the chats, newest first, each with its latest
+    # matching document; only those few documents pay for an excerpt.
+    chats = list(
+        await db.execute_fetchall(
+            """
+            SELECT c.id, c.title, c.updated_at, found.doc FROM chats c JOIN (
+                SELECT d.chat_id, MAX(d.id) AS doc FROM search_docs d
+                JOIN (SELECT rowid FROM chat_search WHERE chat_search MATCH ?1) m
+                    ON m.rowid = d.id
+                GROUP BY d.chat_id
+            ) found ON found.chat_id = c.id
+            ORDER BY c.updated_at DESC, c.id LIMIT ?2
+            """,
+            (query, MAX_RESULTS),
+        )
     )
-    hits: dict[str, SearchHit] = {}
-    for chat_id, title, updated_at, snippet in rows:
-        if chat_id not in hits:
-            hits[chat_id] = SearchHit(chat_id, str(title), float(updated_at), _excerpt(snippet))
-        if len(hits) >= MAX_RESULTS:
-            break
-    return list(hits.values())
+    if not chats:
+        return []
+    marks = ",".join("?" * len(chats))
+    rows = await db.execute_fetchall(
+        f"SELECT rowid, snippet(chat_search, 0, '{_OPEN}', '{_CLOSE}', '…', 16) "
+        f"FROM chat_search WHERE chat_search MATCH ? AND rowid IN ({marks})",
+        (query, *(c[3] for c in chats)),
+    )
+    excerpts: dict[int, str] = {int(r[0]): str(r[1]) for r in rows}
+    return [
+        SearchHit(str(c), str(title), float(at), _excerpt(excerpts.get(doc)))
+        for c, title, at, doc in chats
+    ]
 
 
 def _excerpt(snippet: str | None) -> Markup:
