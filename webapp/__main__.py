@@ -113,6 +113,21 @@ def host_list(value: str) -> list[str]:
     return hosts
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def configure_logging(level: str) -> None:
+    """The app's loggers at ``level``; libraries (httpx logs every request at INFO) at
+    WARNING, except when debugging."""
+    app_level = getattr(logging, level.upper())
+    logging.basicConfig(
+        level=logging.DEBUG if app_level == logging.DEBUG else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
+    logging.getLogger("webapp").setLevel(app_level)
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     env = os.environ.get
     parser = argparse.ArgumentParser(
@@ -156,6 +171,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="comma-separated host names or addresses the server also answers to, besides "
         "those of --host, e.g. a DNS name or the name a proxy forwards; * for any "
         "(env WEBAPP_ALLOWED_HOSTS)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default=env("WEBAPP_LOG_LEVEL") or "info",
+        choices=LOG_LEVELS,
+        help="the app's own log level (env WEBAPP_LOG_LEVEL; default info: one line per "
+        "run); libraries log warnings and worse unless this is debug",
     )
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
@@ -209,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["import"]:
         return import_file(argv[1:])
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     import uvicorn
 
     from webapp.models.config import describe_model, model_from_settings

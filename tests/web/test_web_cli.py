@@ -117,3 +117,24 @@ def test_bad_settings_exit_with_a_message(tmp_path: Path):
     )
     assert result.returncode == 2
     assert "--model" in result.stderr
+
+
+def test_logs_are_quiet_by_default_and_the_level_is_a_flag(monkeypatch: pytest.MonkeyPatch):
+    # Regression: every model request logged an httpx INFO line.
+    import logging
+
+    from webapp.__main__ import configure_logging
+
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", root.level)
+    monkeypatch.setattr(logging.getLogger("webapp"), "level", logging.NOTSET)
+    configure_logging(parse_args([]).log_level)
+    assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
+    assert logging.getLogger("webapp.web.runs").isEnabledFor(logging.INFO)
+    configure_logging(parse_args(["--log-level", "warning"]).log_level)
+    assert not logging.getLogger("webapp.web.runs").isEnabledFor(logging.INFO)
+    configure_logging(parse_args(["--log-level", "debug"]).log_level)
+    assert logging.getLogger("httpx").isEnabledFor(logging.DEBUG)
+    with pytest.raises(SystemExit):
+        parse_args(["--log-level", "chatty"])

@@ -290,6 +290,14 @@ class RunManager:
         state.reply = reply
         state.finished = True
         state.append(names.DONE, self.fragments.final_reply(state.chat_id, reply))
+        logger.info(
+            "chat %s: run %s %s (%d characters, %d tool calls)",
+            state.chat_id,
+            state.run_id,
+            reply.status,
+            len(reply.text),
+            len(reply.tools),
+        )
 
     async def _record_outcome(self, state: RunState, event: TerminalEvent) -> ReplyView:
         chat_id, run_id = state.chat_id, state.run_id
