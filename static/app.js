@@ -1,5 +1,6 @@
 // Small UI behaviour on top of htmx: autoscroll, textarea auto-grow, keyboard, copy buttons.
-// Nothing here is needed to read a chat or post a message; without it the forms still work.
+// Nothing here is needed to read a chat or post a message; without it the forms still work
+// (the Copy buttons of messages and replies stay hidden: they need this file to do anything).
 (function () {
   "use strict";
 
@@ -59,6 +60,7 @@
       el.addEventListener("scroll", function () { stick = atBottom(el); }, { passive: true });
     }
     growAll(document);
+    revealCopyButtons(document);
     scrollDown(true);
   });
 
@@ -82,12 +84,30 @@
     }
   });
 
+  // What a Copy button copies: a code block's code, a reply's Markdown source (kept in a
+  // <template> so it is never rendered) or a user message's text as typed.
+  function copySource(button) {
+    if (button.hasAttribute("data-copy-code")) {
+      var block = button.closest(".codeblock");
+      return block ? block.querySelector("pre code") : null;
+    }
+    var message = button.closest("[data-role=assistant], [data-role=user]");
+    if (!message) { return null; }
+    // Direct children only: nothing inside the rendered text can stand in for them.
+    var source = message.querySelector(":scope > template.reply-source");
+    return source ? source.content : message.querySelector(":scope > .content");
+  }
+
+  function revealCopyButtons(root) {
+    var buttons = root.querySelectorAll("button[data-copy][hidden]");
+    for (var i = 0; i < buttons.length; i++) { buttons[i].hidden = false; }
+  }
+
   document.addEventListener("click", function (event) {
-    var button = event.target instanceof Element ? event.target.closest("[data-copy-code]") : null;
-    if (!button) { return; }
-    var block = button.closest(".codeblock");
-    var code = block ? block.querySelector("pre code") : null;
-    if (code) { copyText(code.textContent || "", button); }
+    var button = event.target instanceof Element
+      ? event.target.closest("[data-copy-code], [data-copy]") : null;
+    var source = button ? copySource(button) : null;
+    if (source) { copyText(source.textContent || "", button); }
   });
 
   // A message just sent: follow the reply from the bottom again.
@@ -99,6 +119,12 @@
   document.addEventListener("htmx:afterSettle", function (event) {
     growAll(event.target instanceof Element ? event.target : document);
     scrollDown(false);
+  });
+
+  // New content from any swap (a request, an out-of-band part, an SSE event such as a
+  // finished reply replacing its streaming element): its Copy buttons can work now.
+  document.addEventListener("htmx:load", function (event) {
+    if (event.target instanceof Element) { revealCopyButtons(event.target); }
   });
 
   // Streamed text does not settle like a request: follow it as it arrives.
