@@ -1,4 +1,7 @@
-"""Edit and resend rewinds the chat to the edited message; Regenerate reruns the last one."""
+"""Edit and resend rewinds the chat to the edited message; Regenerate reruns a reply.
+
+What either replaces is kept as a version (SPEC §7); test_versions.py switches back to it.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +11,16 @@ from playwright.sync_api import Page, expect
 
 from .ui import (
     button,
+    expect_version,
     message_box,
     open_new_chat,
+    regenerate_button,
     replies,
     reply_states,
     send,
     send_and_wait,
     users,
+    versions,
     wait_for_numbers,
     wait_status,
 )
@@ -49,7 +55,9 @@ def test_cancel_edit_leaves_everything_as_it_was(page: Page) -> None:
     _assert_transcript(page, [FIRST, SECOND, THIRD], run_ids)
 
 
-def test_edit_first_message_drops_later_turns_and_survives_reload(page: Page) -> None:
+def test_edit_first_message_hides_later_turns_in_a_version_and_survives_reload(
+    page: Page,
+) -> None:
     old_run_ids = _three_exchanges(page)
     users(page).first.get_by_role("button", name="Edit", exact=True).click()
     box = page.get_by_label("Edit message", exact=True)
@@ -65,6 +73,9 @@ def test_edit_first_message_drops_later_turns_and_survives_reload(page: Page) ->
     assert reply.run_id not in old_run_ids, "the edited message's reply reuses an old run id"
     # The offline model quotes the message it answers: proof it answered the edit.
     assert EDITED in (reply.text or ""), f"the reply does not answer the edit: {reply.text!r}"
+    # The original message and its turns are not thrown away: they are version 1 of 2.
+    expect_version(users(page).first, 2, 2)
+    expect(versions(replies(page).first)).to_have_count(0)
 
     page.reload()
     expect(users(page)).to_have_count(1)
@@ -72,13 +83,15 @@ def test_edit_first_message_drops_later_turns_and_survives_reload(page: Page) ->
     expect(page.locator("[data-role]").filter(has_text=FIRST)).to_have_count(0)
     expect(replies(page)).to_have_count(1)
     assert reply_states(page)[0] == reply
+    expect_version(users(page).first, 2, 2)
 
 
-def test_regenerate_replaces_the_last_reply(page: Page) -> None:
+def test_regenerate_shows_a_new_version_of_the_last_reply(page: Page) -> None:
     open_new_chat(page)
     send_and_wait(page, "count to 3")
     first = send_and_wait(page, "tell me about durable runs")
-    button(page, "Regenerate").click()
+    expect(versions(replies(page).last)).to_have_count(0)
+    regenerate_button(replies(page).last).click()
     # The new run shows up as a reply with another run id, still the only reply to it.
     expect(replies(page).last).not_to_have_attribute("data-run-id", first.run_id or "")
     wait_status(page, "completed")
@@ -88,12 +101,18 @@ def test_regenerate_replaces_the_last_reply(page: Page) -> None:
     assert again.run_id != first.run_id
     assert "durable runs" in (again.text or ""), f"regenerated reply: {again.text!r}"
     print(f"regenerate changed the wording: {again.text != first.text}")
+    expect_version(replies(page).last, 2, 2)
+    expect(versions(replies(page).first)).to_have_count(0)
 
     page.reload()
     expect(users(page)).to_have_count(2)
     expect(replies(page)).to_have_count(2)
     assert reply_states(page)[-1] == again
-    expect(button(page, "Regenerate")).to_have_count(1)
+    expect_version(replies(page).last, 2, 2)
+    # Every reply offers its own Regenerate, not only the last one.
+    expect(button(page, "Regenerate")).to_have_count(2)
+    for i in range(2):
+        expect(regenerate_button(replies(page).nth(i))).to_have_count(1)
 
 
 def test_edit_during_a_run_is_refused_and_keeps_the_edit(page: Page) -> None:

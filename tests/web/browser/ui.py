@@ -114,6 +114,35 @@ def last_reply(page: Page) -> Locator:
     return page.locator(REPLY).last
 
 
+def regenerate_button(reply: Locator) -> Locator:
+    """The Regenerate button of one reply element (every finished reply has its own)."""
+    return button(reply, "Regenerate")
+
+
+def versions(scope: Locator) -> Locator:
+    """The version switcher inside one message or reply element."""
+    return scope.get_by_role("group", name="Versions", exact=True)
+
+
+def expect_version(scope: Locator, index: int, count: int) -> None:
+    """The switcher says `index / count`; Previous and Next are disabled exactly at the ends."""
+    switcher = versions(scope)
+    expect(switcher).to_have_count(1)
+    expect(switcher).to_have_text(re.compile(rf"^\D*\b{index} / {count}\b\D*$"))
+    previous, following = button(switcher, "Previous version"), button(switcher, "Next version")
+    for control, at_end in ((previous, index == 1), (following, index == count)):
+        if at_end:
+            expect(control).to_be_disabled()
+        else:
+            expect(control).to_be_enabled()
+
+
+def switch_version(scope: Locator, name: str, to_index: int, count: int) -> None:
+    """Press Previous version / Next version in `scope` and wait until it shows `to_index`."""
+    button(versions(scope), name).click()
+    expect_version(scope, to_index, count)
+
+
 def open_new_chat(page: Page) -> str:
     """Home page, click New chat, land on an empty chat; returns its URL."""
     page.goto("/")
