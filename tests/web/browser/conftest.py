@@ -19,7 +19,7 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
-from .harness import AppFactory, AppServer, FakeEndpoint, free_port
+from .harness import AppFactory, AppServer, EndpointApp, FakeEndpoint, free_port
 from .ui import CHROMIUM, CHROMIUM_ARGS, RECORDER_JS
 
 EXPECT_TIMEOUT_MS = 10_000
@@ -137,6 +137,39 @@ def open_page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Call
 @pytest.fixture
 def page(app: AppServer, open_page: Callable[..., Page]) -> Page:
     return open_page(app)
+
+
+@pytest.fixture(scope="module")
+def shared_numbered_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EndpointApp]:
+    """One app per test module against a "numbered" fake endpoint (see `shared_app`).
+
+    Its requests accumulate over the module: a test counts from len(endpoint.requests).
+    """
+    endpoint = FakeEndpoint(mode="numbered")
+    endpoint.start()
+    directory = tmp_path_factory.mktemp("numbered-app")
+    server = AppServer(
+        port=free_port(),
+        db=directory / "chat.db",
+        log_path=directory / "server.log",
+        extra_args=["--base-url", endpoint.base_url, "--model", "test"],
+    )
+    try:
+        server.start()
+        yield EndpointApp(server, endpoint)
+    finally:
+        server.stop()
+        endpoint.stop()
+
+
+@pytest.fixture
+def numbered_app(
+    shared_numbered_app: EndpointApp, request: pytest.FixtureRequest
+) -> Iterator[EndpointApp]:
+    yield shared_numbered_app
+    if _failed(request):
+        server = shared_numbered_app.server
+        print(f"----- server log ({server.log_path}) -----\n{server.log()}")
 
 
 @pytest.fixture

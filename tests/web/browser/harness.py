@@ -151,6 +151,14 @@ REASONING_DELTAS: list[dict[str, str]] = [
     {"content": "is 42."},
 ]
 PROVIDER_ERROR = "the fake provider is on fire (quota exhausted)"
+# "numbered" mode: every answer names the request it answers, so each version of a
+# reply has a text of its own; a message containing CUT_SHORT_CUE ends at the output limit.
+CUT_SHORT_CUE = "stop short"
+
+
+def numbered_reply(n: int) -> str:
+    """The text the "numbered" fake endpoint streams for its n-th request (from 1)."""
+    return f"This is fake reply #{n}."
 
 
 @dataclass
@@ -158,7 +166,8 @@ class FakeEndpoint:
     """An OpenAI-compatible Chat Completions endpoint on loopback with one behaviour."""
 
     # "error": HTTP 500 with a JSON body; "hostile": streams hostile markup;
-    # "reasoning": streams reasoning_content deltas, then the answer.
+    # "reasoning": streams reasoning_content deltas, then the answer;
+    # "numbered": streams numbered_reply(n) for the n-th request (see CUT_SHORT_CUE).
     mode: str
     requests: list[dict[str, Any]] = field(default_factory=list)
     port: int = 0
@@ -176,8 +185,18 @@ class FakeEndpoint:
             error = {"message": PROVIDER_ERROR, "type": "server_error", "code": "fire"}
             # Retry-After: 0 lets the client's retries (if any) run without backoff.
             return JSONResponse({"error": error}, status_code=500, headers={"Retry-After": "0"})
-        deltas = REASONING_DELTAS if self.mode == "reasoning" else HOSTILE_DELTAS
-        return StreamingResponse(_completion_stream(deltas), media_type="text/event-stream")
+        finish_reason = "stop"
+        if self.mode == "numbered":
+            words = numbered_reply(len(self.requests)).split(" ")
+            deltas = [{"content": w if i == 0 else " " + w} for i, w in enumerate(words)]
+            if CUT_SHORT_CUE in _last_user_text(body):
+                finish_reason = "length"
+        elif self.mode == "reasoning":
+            deltas = REASONING_DELTAS
+        else:
+            deltas = HOSTILE_DELTAS
+        stream = _completion_stream(deltas, finish_reason)
+        return StreamingResponse(stream, media_type="text/event-stream")
 
     def start(self) -> None:
         app = Starlette(routes=[Route("/v1/chat/completions", self._completions, methods=["POST"])])
@@ -203,7 +222,15 @@ class FakeEndpoint:
             self._thread.join(timeout=STOP_TIMEOUT)
 
 
-async def _completion_stream(deltas: list[dict[str, str]]) -> AsyncIterator[bytes]:
+def _last_user_text(body: dict[str, Any]) -> str:
+    """The last user message of a Chat Completions request, as one string."""
+    users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+    return json.dumps(users[-1].get("content")) if users else ""
+
+
+async def _completion_stream(
+    deltas: list[dict[str, str]], finish_reason: str = "stop"
+) -> AsyncIterator[bytes]:
     """Chat Completions SSE: a role chunk, one chunk per delta, a finish chunk, [DONE]."""
     base = {
         "id": "chatcmpl-fake",
@@ -215,6 +242,14 @@ async def _completion_stream(deltas: list[dict[str, str]]) -> AsyncIterator[byte
     for delta in [opening, *deltas]:
         chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
         yield f"data: {json.dumps(chunk)}\n\n".encode()
-    last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason}]}
     yield f"data: {json.dumps(last)}\n\n".encode()
     yield b"data: [DONE]\n\n"
+
+
+@dataclass(frozen=True)
+class EndpointApp:
+    """An app whose model is a fake endpoint: a test reads what the model was sent."""
+
+    server: AppServer
+    endpoint: FakeEndpoint
