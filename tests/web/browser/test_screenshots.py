@@ -15,11 +15,15 @@ from .harness import REPO_ROOT, AppServer
 from .ui import (
     TOOL,
     button,
+    expect_version,
     message_box,
     open_new_chat,
+    regenerate_button,
+    replies,
     send,
     send_and_wait,
     users,
+    versions,
     wait_for_numbers,
     wait_status,
 )
@@ -40,6 +44,10 @@ _SCROLL_TO_TOP_JS = """
 }
 """
 SIZES = {"desktop": {"width": 1280, "height": 900}, "phone": {"width": 375, "height": 740}}
+PICNIC = (
+    "Plan a picnic for Saturday: six people, one of them vegetarian, "
+    "and we have to be home by five."
+)
 
 
 def _background(page: Page) -> str:
@@ -50,6 +58,17 @@ def _background(page: Page) -> str:
               .map(s => s.backgroundColor + ' / ' + s.color).join(' ; ')"""
     )
     return colours
+
+
+def _shoot_start_and_end(page: Page, name: str) -> None:
+    """Screenshots at the conversation's end and start; at no width may it scroll sideways."""
+    page.screenshot(path=str(SHOTS / f"{name}-end.png"))
+    page.evaluate(_SCROLL_TO_TOP_JS)
+    page.screenshot(path=str(SHOTS / f"{name}-start.png"))
+    overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"{name}: page is {overflow}px too wide"
+    for part in ("start", "end"):
+        assert (SHOTS / f"{name}-{part}.png").stat().st_size > 5_000
 
 
 def test_screenshots_light_and_dark(app: AppServer, open_page: Callable[..., Page]) -> None:
@@ -72,20 +91,43 @@ def test_screenshots_light_and_dark(app: AppServer, open_page: Callable[..., Pag
             expect(message_box(page)).to_be_visible()
             # The conversation scrolls inside the page: one shot at its end (where the
             # app autoscrolls to), one at its start, where the tool card is.
-            page.screenshot(path=str(SHOTS / f"chat-{scheme}-{size_name}-end.png"))
-            page.evaluate(_SCROLL_TO_TOP_JS)
-            page.screenshot(path=str(SHOTS / f"chat-{scheme}-{size_name}-start.png"))
+            _shoot_start_and_end(page, f"chat-{scheme}-{size_name}")
             backgrounds[f"{scheme}-{size_name}"] = _background(page)
-            overflow = page.evaluate(
-                "() => document.documentElement.scrollWidth - window.innerWidth"
-            )
-            assert overflow <= 0, f"{scheme} {size_name}: page is {overflow}px too wide"
     assert backgrounds["light-desktop"] != backgrounds["dark-desktop"], (
         f"dark theme has the same background as light: {backgrounds}"
     )
-    for name in backgrounds:
-        for part in ("start", "end"):
-            assert (SHOTS / f"chat-{name}-{part}.png").stat().st_size > 5_000
+
+
+def test_screenshots_of_versions_and_reply_actions(
+    app: AppServer, open_page: Callable[..., Page]
+) -> None:
+    """A message and a reply with two versions each, and a stopped reply that can continue."""
+    setup = open_page(app)
+    chat_url = open_new_chat(setup)
+    send_and_wait(setup, PICNIC)
+    button(users(setup).first, "Edit").click()
+    setup.get_by_label("Edit message", exact=True).fill(PICNIC.replace("Saturday", "Sunday"))
+    button(setup, "Save and send").click()
+    expect(versions(users(setup).first)).to_be_visible()
+    wait_status(setup, "completed")
+    regenerate_button(replies(setup).first).click()
+    expect(versions(replies(setup).first)).to_be_visible()
+    wait_status(setup, "completed")
+    send(setup, "count to 2000")
+    wait_for_numbers(setup, 40)
+    button(setup, "Stop").click()
+    wait_status(setup, "stopped")
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for scheme in ("light", "dark"):
+        for size_name, viewport in SIZES.items():
+            page = open_page(app, color_scheme=scheme, viewport=viewport)
+            page.goto(chat_url)
+            expect_version(users(page).first, 2, 2)
+            expect_version(replies(page).first, 2, 2)
+            expect(button(replies(page).last, "Continue")).to_be_visible()
+            expect(button(users(page).first, "Copy")).to_be_visible()
+            _shoot_start_and_end(page, f"versions-{scheme}-{size_name}")
 
 
 def test_screenshots_of_a_refused_send_and_a_stopped_reply(
