@@ -266,6 +266,20 @@ async def test_continue_a_stopped_count_gives_one_gapless_reply(web_client_facto
     assert refused.status_code == 400
 
 
+async def test_continue_is_offered_only_on_the_last_reply(web_client_factory: MakeClient):
+    client = await web_client_factory(model=ScriptedModel([WORDS, "later"], chunk_delay=0.02))
+    chat_id = await client.new_chat()
+    await client.send(chat_id, "talk")
+    await client.wait_text(chat_id, 8)
+    run_id = await client.active_run(chat_id)
+    await client.http.post(f"/chats/{chat_id}/runs/{run_id}/stop")
+    assert len(buttons(replies(await client.page(chat_id))[0], "Continue")) == 1
+    await exchange(client, chat_id, "next")
+    stopped, last = replies(await client.page(chat_id))
+    assert stopped.attrs["data-status"] == "stopped"
+    assert buttons(stopped, "Continue") == [] and buttons(last, "Continue") == []
+
+
 async def test_chats_stored_before_versions_get_a_tree(
     web_client_factory: MakeClient, tmp_path: Path
 ):

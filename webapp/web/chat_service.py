@@ -192,6 +192,9 @@ class ChatService:
                 i for i in items if not (isinstance(i, ReplyView) and i.run_id == live.continues)
             ]
             return Conversation(chat, shown, live)
+        for item in items:  # the live reply comes after them all
+            if isinstance(item, ReplyView):
+                item.last = False
         live.reply.versions = versions.of_reply(live.run_id)
         user = UserView(live.run_id, live.input_text, versions.of_message(live.run_id))
         return Conversation(chat, [*items, user], live)

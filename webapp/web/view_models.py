@@ -64,6 +64,7 @@ class ReplyView:
     live_run_id: str | None = None  # the run streaming into it, when that is a continuation
     cut_short: bool = False  # the model stopped at its output limit (finish_reason "length")
     versions: Versions | None = None  # set when the reply has more than one version
+    last: bool = True  # the last reply on the page: the only one that can be continued
     kind = "assistant"  # for templates: which partial draws this item
 
     @property
@@ -73,7 +74,8 @@ class ReplyView:
 
     @property
     def can_continue(self) -> bool:
-        return self.status == "stopped" or (self.status == "completed" and self.cut_short)
+        cut = self.status == "stopped" or (self.status == "completed" and self.cut_short)
+        return cut and self.last
 
     def add_text(self, text: str, *, new_turn: bool) -> str:
         """Append streamed text; returns what was appended (with a turn break)."""
@@ -181,6 +183,9 @@ def items_from_segments(
             reply = reply_from_entries(seg.run_id, rest, status, meta=seg.meta)
             reply.versions = versions.of_reply(seg.run_id) if versions else None
             items.append(reply)
+    replies = [i for i in items if isinstance(i, ReplyView)]
+    for reply in replies[:-1]:
+        reply.last = False
     return items
 
 
