@@ -75,9 +75,15 @@ async def test_htmx_send_returns_the_list_with_a_streaming_reply(web_client_fact
     # The first message names the chat: the heading and the chat list follow at once.
     heading = fragment.find(id="chat-title-heading")
     assert heading.attrs["hx-swap-oob"] == "true" and heading.norm_text() == "count please"
-    nav = fragment.find("nav", aria_label="Chats")
-    assert nav.attrs["hx-swap-oob"] == "true"
-    assert [a.norm_text() for a in nav.find_all("a")] == ["count please"]
+    # Only this chat's list item comes along (not the whole list): out of its old
+    # place, in at the top.
+    assert fragment.find_all("nav") == []
+    removed, moved = fragment.find_all(id=f"chat-item-{chat_id}")
+    assert removed.attrs["hx-swap-oob"] == "delete"
+    assert moved.parent is not None
+    assert moved.parent.attrs["hx-swap-oob"] == "afterbegin:#chat-list-items"
+    assert [a.norm_text() for a in moved.find_all("a")] == ["count please"]
+    assert len(fragment.find_all("li")) == 2
     await client.wait_idle(chat_id)
 
 

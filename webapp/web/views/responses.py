@@ -58,13 +58,16 @@ def to_chat(request: Request, chat_id: str) -> Response:
     return redirect(request, path_for(request, "chat", chat_id=chat_id))
 
 
-async def page_context(request: Request, chat: Chat | None) -> dict[str, Any]:
-    """Everything base.html and chat.html need, except the per-request extras."""
+async def page_context(
+    request: Request, chat: Chat | None, *, with_list: bool = True
+) -> dict[str, Any]:
+    """Everything base.html and chat.html need, except the per-request extras
+    (``with_list=False``: not the chat list, for fragments that do not show it)."""
     app = web(request)
     conversation = await app.chats.conversation(chat) if chat is not None else None
     return {
         "chat": chat,
-        "chats": await app.chats.recent(),
+        "chats": await app.chats.recent() if with_list else [],
         "items": conversation.items if conversation else [],
         "live": conversation.live if conversation else None,
         "client_id": new_client_id(),
@@ -107,7 +110,7 @@ async def chat_updated(request: Request, conversation: Conversation | Chat) -> R
     chat = conversation.chat if isinstance(conversation, Conversation) else conversation
     if not is_htmx(request):
         return to_chat(request, chat.id)
-    context = await page_context(request, chat)
+    context = await page_context(request, chat, with_list=False)
     return web(request).templates.response(
         "_chat_update.html",
         position=live_position(context),
