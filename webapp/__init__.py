@@ -23,6 +23,8 @@ __all__ = [
     "GuardrailTripped",
     "InMemoryCheckpointer",
     "InMemorySession",
+    "PostgresCheckpointer",
+    "PostgresSession",
     "RunContext",
     "RunHead",
     "RunHooks",
@@ -40,8 +42,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    # The SQLite stores import aiosqlite; webapp.stores loads them on first use only.
-    if name in ("SQLiteSession", "SQLiteCheckpointer"):
+    # The SQLite and PostgreSQL stores import their drivers; webapp.stores loads
+    # them on first use only.
+    if name in ("SQLiteSession", "SQLiteCheckpointer", "PostgresSession", "PostgresCheckpointer"):
         from webapp import stores
 
         return getattr(stores, name)

@@ -4,6 +4,8 @@
 connection, serialized jobs, group commit) behind `SQLiteSession`,
 `SQLiteCheckpointer` and the web app's own tables; opening its file (retries,
 pragmas, schema versions) lives in `webapp.stores.sqlite_connection`.
+`webapp.stores.postgres.PostgresStore` is the same role on PostgreSQL (an
+asyncpg pool) behind `PostgresSession` and `PostgresCheckpointer`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ __all__ = [
     "Checkpointer",
     "InMemoryCheckpointer",
     "InMemorySession",
+    "PostgresCheckpointer",
+    "PostgresSession",
+    "PostgresStore",
     "RunHead",
     "RunSnapshot",
     "SQLiteCheckpointer",
@@ -33,12 +38,15 @@ _LAZY = {
     "SQLiteSession": "webapp.stores.sqlite_session",
     "SQLiteCheckpointer": "webapp.stores.sqlite_checkpoint",
     "SQLiteStore": "webapp.stores.sqlite",
+    "PostgresSession": "webapp.stores.postgres_session",
+    "PostgresCheckpointer": "webapp.stores.postgres_checkpoint",
+    "PostgresStore": "webapp.stores.postgres",
 }
 
 
 def __getattr__(name: str) -> object:
-    # The SQLite stores import aiosqlite: load them on first use only, so the
-    # in-memory stores and the runtime import without it.
+    # The SQLite and PostgreSQL stores import their drivers: load them on first
+    # use only, so the in-memory stores and the runtime import without them.
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'webapp.stores' has no attribute {name!r}")

@@ -1,0 +1,228 @@
+"""PostgresSession: the Session log in one PostgreSQL table, one row per finished run.
+
+The table is the SQLite store's (``session_segments``, with each run's place
+in the flat transcript in ``first_entry``/``entry_count``) and so are the
+costs: ``append`` reads only the last row, ``rewind`` only the rows ending
+past the cut (an index on ``first_entry + entry_count``), ``load`` and
+``segments`` are one ordered query.
+
+Invariants, each named for the failure it prevents:
+- one writer per session at a time: every write takes the session's
+  transaction-level advisory lock first, so two processes appending to one
+  session never compute the same position, and an append never builds on
+  rows a concurrent rewind or clear is deleting. (Under READ COMMITTED the
+  statement after the lock sees everything committed before it.)
+- entries and meta are TEXT holding the JSON the SQLite store writes, not
+  JSONB: JSONB rejects ``\\u0000`` (tool outputs may hold NULs) and reorders
+  meta's keys, and TEXT moves between back ends and tables unchanged;
+- an append is safe to run twice (idempotent per run_id), which is what lets
+  `PostgresStore` retry it after a lost connection. A rewind or trim retried
+  that way leaves the same rows but may count only what the second run did.
+
+The rules of ``rewind`` and ``trim_tool_results`` live in
+`webapp.stores.session` and are shared with the other stores.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from webapp.stores.postgres import PostgresBacked
+from webapp.stores.session import (
+    Segment,
+    check_non_negative,
+    new_run_id,
+    plan_rewind,
+    trim_entries,
+)
+
+# The encoding and its error messages are the SQLite store's, written once.
+from webapp.stores.sqlite_session import (
+    _check_id,
+    _decode_entries,
+    _encode_entries,
+    _encode_meta,
+    _segment,
+)
+from webapp.transcript import Entry
+
+SCHEMA_NAME = "session"
+SCHEMA_VERSION = 1
+SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS session_segments (
+    session_id   TEXT    NOT NULL,
+    seq          BIGINT  NOT NULL,
+    run_id       TEXT    NOT NULL,
+    first_entry  BIGINT  NOT NULL,
+    entry_count  INTEGER NOT NULL,
+    entries_json TEXT    NOT NULL,
+    meta_json    TEXT,
+    PRIMARY KEY (session_id, seq),
+    UNIQUE (session_id, run_id)
+);
+CREATE INDEX IF NOT EXISTS session_segments_end
+    ON session_segments (session_id, (first_entry + entry_count));
+"""
+
+LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtext('webapp.session'), hashtext($1))"
+
+# Run under the session's lock: the position comes from the current last row
+# (one index lookup). Re-appending a stored run_id does nothing.
+APPEND_SQL = """
+INSERT INTO session_segments
+    (session_id, seq, run_id, first_entry, entry_count, entries_json, meta_json)
+SELECT $1, COALESCE(last.seq, 0) + 1, $2, COALESCE(last.first_entry + last.entry_count, 0),
+       $3, $4, $5
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
+    SELECT seq, first_entry, entry_count FROM session_segments
+    WHERE session_id = $1 ORDER BY seq DESC LIMIT 1
+) AS last ON true
+ON CONFLICT (session_id, run_id) DO NOTHING
+"""
+
+# The rows a rewind can touch: those ending past the cut, through the index.
+TAIL_SQL = """
+SELECT seq, run_id, first_entry, entries_json FROM session_segments
+WHERE session_id = $1 AND first_entry + entry_count > $2 ORDER BY seq
+"""
+
+
+async def lock_session(conn: asyncpg.Connection, session_id: str) -> None:
+    """Take ``session_id``'s write lock until the end of the open transaction."""
+    await conn.execute(LOCK_SQL, session_id)
+
+
+class PostgresSession(PostgresBacked):
+    """A durable Session in PostgreSQL; see `webapp.stores.session` for the contract.
+
+    ``dsn`` is a ``postgresql://user:password@host:port/dbname`` URL. The pool
+    opens on first use and the tables are created then; any number of
+    processes may share the database.
+    """
+
+    SCHEMA_NAME = SCHEMA_NAME
+    SCHEMA_VERSION = SCHEMA_VERSION
+    SCHEMA_SQL = SCHEMA_SQL
+
+    # --- the Session protocol ---------------------------------------------------
+
+    async def segments(self, session_id: str) -> list[Segment]:
+        rows = await self._store.fetch(
+            "SELECT seq, run_id, entries_json, meta_json FROM session_segments "
+            "WHERE session_id = $1 ORDER BY seq",
+            session_id,
+        )
+        return [_segment(session_id, *row) for row in rows]
+
+    async def load(self, session_id: str) -> list[Entry]:
+        rows = await self._store.fetch(
+            "SELECT seq, run_id, entries_json FROM session_segments "
+            "WHERE session_id = $1 ORDER BY seq",
+            session_id,
+        )
+        out: list[Entry] = []
+        for seq, run_id, entries_json in rows:
+            out.extend(_decode_entries(session_id, seq, run_id, entries_json))
+        return out
+
+    async def append(
+        self,
+        session_id: str,
+        entries: list[Entry],
+        *,
+        run_id: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> str:
+        run_id = run_id or new_run_id()
+        items = list(entries)
+        # Encoded before any connection is taken: bad input fails this call alone.
+        args = (
+            _check_id("session_id", session_id),
+            _check_id("run_id", run_id),
+            len(items),
+            _encode_entries(items),
+            _encode_meta(meta),
+        )
+
+        async def add(conn: asyncpg.Connection) -> None:
+            await lock_session(conn, session_id)
+            await conn.execute(APPEND_SQL, *args)
+
+        await self._store.transaction(add)
+        return run_id
+
+    async def clear(self, session_id: str) -> None:
+        async def drop(conn: asyncpg.Connection) -> None:
+            await lock_session(conn, session_id)
+            await conn.execute("DELETE FROM session_segments WHERE session_id = $1", session_id)
+
+        await self._store.transaction(drop)
+
+    # --- maintenance --------------------------------------------------------------
+
+    async def rewind(self, session_id: str, *, keep_entries: int) -> int:
+        """Cut the flat transcript to its first ``keep_entries`` entries; see SPEC §2."""
+        check_non_negative(keep_entries=keep_entries)
+
+        async def cut(conn: asyncpg.Connection) -> int:
+            await lock_session(conn, session_id)
+            # A cut at 0 also takes empty runs at the very start: 0 empties the session.
+            rows = await conn.fetch(TAIL_SQL, session_id, keep_entries if keep_entries > 0 else -1)
+            tail = [
+                (first, Segment(run_id, _decode_entries(session_id, seq, run_id, data)))
+                for seq, run_id, first, data in rows
+            ]
+            plan = plan_rewind(tail, keep_entries)
+            if plan.delete:
+                await conn.execute(
+                    "DELETE FROM session_segments WHERE session_id = $1 AND run_id = ANY($2)",
+                    session_id,
+                    plan.delete,
+                )
+            if plan.truncate is not None:
+                await conn.execute(
+                    "UPDATE session_segments SET entries_json = $1, entry_count = $2, "
+                    "meta_json = NULL WHERE session_id = $3 AND run_id = $4",
+                    _encode_entries(plan.truncate.entries),
+                    len(plan.truncate.entries),
+                    session_id,
+                    plan.truncate.run_id,
+                )
+            return plan.removed
+
+        return await self._store.transaction(cut)
+
+    async def trim_tool_results(
+        self, session_id: str, *, keep_chars: int = 400, keep_runs: int = 1
+    ) -> int:
+        """Shorten tool outputs of every run before the last ``keep_runs``; see SPEC §2."""
+        check_non_negative(keep_chars=keep_chars, keep_runs=keep_runs)
+
+        async def trim(conn: asyncpg.Connection) -> int:
+            await lock_session(conn, session_id)
+            rows = await conn.fetch(
+                "SELECT seq, run_id, entries_json FROM session_segments "
+                "WHERE session_id = $1 ORDER BY seq",
+                session_id,
+            )
+            older = rows[: max(len(rows) - keep_runs, 0)]
+            updates, total = [], 0
+            for seq, run_id, data in older:
+                entries, count = trim_entries(
+                    _decode_entries(session_id, seq, run_id, data), keep_chars
+                )
+                if count:
+                    updates.append((_encode_entries(entries), session_id, seq))
+                    total += count
+            if updates:
+                await conn.executemany(
+                    "UPDATE session_segments SET entries_json = $1 "
+                    "WHERE session_id = $2 AND seq = $3",
+                    updates,
+                )
+            return total
+
+        return await self._store.transaction(trim)
