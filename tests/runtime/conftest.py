@@ -1,4 +1,4 @@
-"""Runner tests run against both the in-memory and the SQLite stores."""
+"""Runner tests run against the in-memory, the SQLite and the PostgreSQL stores."""
 
 from __future__ import annotations
 
@@ -16,10 +16,19 @@ class Stores:
     checkpointer: object
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 async def stores(request: pytest.FixtureRequest, tmp_path) -> AsyncIterator[Stores]:
     if request.param == "memory":
         yield Stores(InMemorySession(), InMemoryCheckpointer())
+        return
+    if request.param == "postgres":
+        from webapp import PostgresCheckpointer, PostgresSession
+
+        dsn = request.getfixturevalue("postgres_dsn")  # one database for both, as the app
+        pg_session, pg_checkpointer = PostgresSession(dsn), PostgresCheckpointer(dsn)
+        yield Stores(pg_session, pg_checkpointer)
+        await pg_session.close()
+        await pg_checkpointer.close()
         return
     from webapp import SQLiteCheckpointer, SQLiteSession
 

@@ -1,6 +1,7 @@
 """A worker process for the crash tests: runs one checkpointed call, may die mid-run.
 
 usage: crash_worker.py DB LOG MODE TURNS_JSON
+DB is a SQLite file, or a postgresql:// URL for the PostgreSQL stores.
 MODE "exit" makes the `explode` tool call os._exit(3); MODE "hang" makes `hang`
 block until the test kills the process; anything else lets both return.
 """
@@ -15,6 +16,8 @@ import sys
 from webapp import (
     Agent,
     CheckpointOptions,
+    PostgresCheckpointer,
+    PostgresSession,
     RunContext,
     Runner,
     SQLiteCheckpointer,
@@ -62,7 +65,11 @@ async def main() -> None:
     turns = [[tuple(call) for call in t] if isinstance(t, list) else t for t in TURNS]
     model = ScriptedModel(turns)
     agent = Agent("worker", model=model, tools=[record, explode, hang])
-    async with SQLiteSession(DB, wal=True) as session, SQLiteCheckpointer(DB, wal=True) as cp:
+    if DB.startswith("postgresql://"):
+        session, cp = PostgresSession(DB), PostgresCheckpointer(DB)
+    else:
+        session, cp = SQLiteSession(DB, wal=True), SQLiteCheckpointer(DB, wal=True)
+    async with session, cp:
         result = await Runner.run(
             agent,
             "do the job",

@@ -1,4 +1,7 @@
-"""Crash recovery with real processes: os._exit and SIGKILL mid-run, then re-submit."""
+"""Crash recovery with real processes: os._exit and SIGKILL mid-run, then re-submit.
+
+Each test runs on SQLite (a file) and on PostgreSQL (a schema of its own).
+"""
 
 from __future__ import annotations
 
@@ -11,17 +14,27 @@ import sys
 import time
 from pathlib import Path
 
-from webapp import SQLiteCheckpointer, SQLiteSession
+import pytest
+
+from webapp import PostgresCheckpointer, PostgresSession, SQLiteCheckpointer, SQLiteSession
 from webapp.transcript import ToolCallEntry, ToolResultEntry
 
 WORKER = Path(__file__).with_name("crash_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def start(db: Path, log: Path, mode: str, turns: list) -> subprocess.Popen:
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where the worker keeps its stores: a SQLite file or a postgresql:// URL."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("postgres_dsn"))
+    return str(tmp_path / "jobs.db")
+
+
+def start(db: str, log: Path, mode: str, turns: list) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, str(WORKER), str(db), str(log), mode, json.dumps(turns)],
+        [sys.executable, str(WORKER), db, str(log), mode, json.dumps(turns)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -34,9 +47,13 @@ def finish(proc: subprocess.Popen) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
-def stored(db: Path):
+def stored(db: str):
     async def read():
-        async with SQLiteSession(db, wal=True) as s, SQLiteCheckpointer(db, wal=True) as cp:
+        if db.startswith("postgresql://"):
+            session, checkpointer = PostgresSession(db), PostgresCheckpointer(db)
+        else:
+            session, checkpointer = SQLiteSession(db, wal=True), SQLiteCheckpointer(db, wal=True)
+        async with session as s, checkpointer as cp:
             return await s.segments("job-chat"), await cp.load("job-42")
 
     return asyncio.run(read())
@@ -50,8 +67,8 @@ def log_lines(log: Path) -> list[tuple[str, int, int]]:
     ]
 
 
-def test_os_exit_in_a_tool_then_resubmit_finishes_and_replays(tmp_path):
-    db, log = tmp_path / "jobs.db", tmp_path / "effects.log"
+def test_os_exit_in_a_tool_then_resubmit_finishes_and_replays(db, tmp_path):
+    log = tmp_path / "effects.log"
     script = [[["record", {"tag": "a"}], ["explode", {}]], "all done"]
     code, _, err = finish(start(db, log, "exit", script))
     assert code == 3, err
@@ -85,8 +102,8 @@ def test_os_exit_in_a_tool_then_resubmit_finishes_and_replays(tmp_path):
     assert len(stored(db)[0]) == 1
 
 
-def test_sigkill_during_a_tool_then_resubmit_finishes(tmp_path):
-    db, log = tmp_path / "jobs.db", tmp_path / "effects.log"
+def test_sigkill_during_a_tool_then_resubmit_finishes(db, tmp_path):
+    log = tmp_path / "effects.log"
     script = [[["record", {"tag": "first"}]], [["hang", {}]], "finished"]
     proc = start(db, log, "hang", script)
     deadline = time.monotonic() + 30
