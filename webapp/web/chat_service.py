@@ -155,6 +155,10 @@ class Conversation:
     chat: Chat
     items: list[ChatItem]
     live: RunState | None
+    earlier: str | None = None  # the first run shown, when older ones exist: the next page
+
+
+PAGE_RUNS = 25  # runs per page of a chat: about 50 messages
 
 
 class ChatService:
@@ -175,29 +179,49 @@ class ChatService:
     async def recent(self, limit: int = 200) -> list[Chat]:
         return await self.store.recent(limit)
 
-    async def conversation(self, chat: Chat) -> Conversation:
-        segments = await self.session.segments(chat.id)
-        tree = await self.store.tree(chat.id)
-        live = self.runs.latest(chat.id)
-        versions = tree.versions(tree.path())
+    async def conversation(
+        self, chat: Chat, *, before: str | None = None, limit: int | None = PAGE_RUNS
+    ) -> Conversation | None:
+        """The chat as its page shows it: the last ``limit`` runs of the shown path (all
+        for None) before run ``before`` (the end for None, with the live run), with their
+        version switchers. None when ``before`` is not on the path."""
+        live = self.runs.latest(chat.id) if before is None else None
+        if live is not None and (live.abandoned or live.discarded):
+            live = None
+        also = [live.run_id] if live is not None else []
+        page = await self.store.page(
+            chat.id, before=before, limit=limit if limit is not None else 1 << 62, also=also
+        )
+        if page is None:
+            return None
+        segments = page.segments
+        shown = [page.tree.nodes[s.run_id] for s in segments if s.run_id in page.tree.nodes]
+        if live is not None and live.run_id in page.tree.nodes:
+            shown.append(page.tree.nodes[live.run_id])
+        versions = page.tree.versions(shown)
         items = items_from_segments(segments, versions)
+        earlier = segments[0].run_id if page.earlier and segments else None
+        if before is not None:  # an older page: its last reply is not the chat's last
+            for item in items:
+                if isinstance(item, ReplyView):
+                    item.last = False
         stored = {s.run_id for s in segments}
-        if live is None or live.run_id in stored or live.abandoned or live.discarded:
-            return Conversation(chat, items, None)
+        if live is None or live.run_id in stored:
+            return Conversation(chat, items, None, earlier)
         if live.finished and chat.active_run_id != live.run_id:
-            return Conversation(chat, items, None)
+            return Conversation(chat, items, None, earlier)
         if live.continues is not None:  # its reply streams in place of the stored one
             live.reply.versions = versions.of_reply(live.continues)
-            shown = [
+            kept = [
                 i for i in items if not (isinstance(i, ReplyView) and i.run_id == live.continues)
             ]
-            return Conversation(chat, shown, live)
+            return Conversation(chat, kept, live, earlier)
         for item in items:  # the live reply comes after them all
             if isinstance(item, ReplyView):
                 item.last = False
         live.reply.versions = versions.of_reply(live.run_id)
         user = UserView(live.run_id, live.input_text, versions.of_message(live.run_id))
-        return Conversation(chat, [*items, user], live)
+        return Conversation(chat, [*items, user], live, earlier)
 
     # --- starting runs -------------------------------------------------------------------
 
@@ -373,8 +397,8 @@ class ChatService:
         chat = await self.store.get(chat_id)
         if chat is None:
             return ChatNotFound()
-        conversation = await self.conversation(chat)
-        for item in conversation.items:
+        conversation = await self.conversation(chat, limit=None)
+        for item in conversation.items if conversation is not None else []:
             if isinstance(item, ReplyView) and item.run_id == run_id:
                 return ShownReply(chat, item, None)
         return RunNotFound(chat)
@@ -386,9 +410,13 @@ class ChatService:
             if chat is None:
                 return ChatNotFound()
             if not title:
-                conversation = await self.conversation(chat)
-                first = next((i for i in conversation.items if isinstance(i, UserView)), None)
-                title = title_from_text(first.text) if first is not None else ""
+                segments = await self.session.segments(chat_id)
+                first = segments[0].entries[0] if segments and segments[0].entries else None
+                live = self.runs.latest(chat_id)
+                text = first.text if isinstance(first, UserEntry) else None
+                if text is None and live is not None and not live.finished:
+                    text = live.input_text  # the first message's reply is still streaming
+                title = title_from_text(text) if text else ""
             await self.store.rename(chat_id, title)
             renamed = await self.store.get(chat_id)
             return Renamed(renamed or chat)

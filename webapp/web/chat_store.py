@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Literal
 import aiosqlite
 
 from webapp.stores import sqlite_checkpoint, sqlite_session
+from webapp.stores.session import Segment
 from webapp.stores.sqlite import SQLiteBacked
 from webapp.stores.sqlite_session import (
     StoredSegment,
@@ -77,6 +78,15 @@ NewRunKind = Literal["send", "edit", "regenerate", "continue"]
 
 
 @dataclass(frozen=True)
+class Page:
+    """One page of a chat's shown path, oldest first."""
+
+    segments: list[Segment]
+    earlier: bool  # there are runs before the first one here
+    tree: Tree  # the part of the tree these runs' switchers need
+
+
+@dataclass(frozen=True)
 class NewRun:
     """A run about to start, and where it goes in the chat's tree.
 
@@ -116,7 +126,7 @@ class ChatStore(SQLiteBacked):
     """Chat metadata in the shared SQLite file (one connection, group commit)."""
 
     SCHEMA_NAME = "webapp_chats"
-    SCHEMA_VERSION = 4
+    SCHEMA_VERSION = 5
     # Its transactions span the session's and checkpoints' tables (the same
     # statements their stores run), and the search index's triggers watch them.
     SCHEMA_SQL = _OTHER_STORES + _SCHEMA + chat_tree.SCHEMA + chat_search.SCHEMA
@@ -126,6 +136,8 @@ class ChatStore(SQLiteBacked):
         2: "ALTER TABLE chats ADD COLUMN continues_run_id TEXT;\n" + chat_tree.SCHEMA,
         # Search: the index and its triggers, filled from what is stored.
         3: _OTHER_STORES + chat_search.SCHEMA + chat_search.REBUILD,
+        # Pages of long chats read their switchers' runs by parent.
+        4: "CREATE INDEX IF NOT EXISTS chat_runs_by_parent ON chat_runs (chat_id, parent_run_id);",
     }
 
     def __init__(self, path: str | os.PathLike[str], *, wal: bool = True) -> None:
@@ -291,6 +303,41 @@ class ChatStore(SQLiteBacked):
             )
 
         await self._store.write(begin)
+
+    async def page(
+        self, chat_id: str, *, before: str | None, limit: int, also: list[str]
+    ) -> Page | None:
+        """The shown path's last ``limit`` runs before run ``before`` (the end for None),
+        and the part of the tree they (and the runs ``also``) need; None when ``before``
+        is not on the path. Reads one page, however long the chat."""
+
+        async def read(db: aiosqlite.Connection) -> Page | None:
+            bound = ""
+            params: list[Any] = [chat_id]
+            if before is not None:
+                found = list(
+                    await db.execute_fetchall(
+                        "SELECT seq FROM session_segments WHERE session_id = ? AND run_id = ?",
+                        (chat_id, before),
+                    )
+                )
+                if not found:
+                    return None
+                bound, params = " AND seq < ?", [chat_id, found[0][0]]
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT run_id, entry_count, entries_json, meta_json FROM session_segments "
+                    f"WHERE session_id = ?{bound} ORDER BY seq DESC LIMIT ?",
+                    (*params, limit + 1),
+                )
+            )
+            earlier = len(rows) > limit
+            stored = [StoredSegment(str(r[0]), int(r[1]), str(r[2]), r[3]) for r in rows[:limit]]
+            segments = [s.decode(chat_id) for s in reversed(stored)]
+            tree = await chat_tree.load_around(db, chat_id, [s.run_id for s in segments] + also)
+            return Page(segments, earlier, tree)
+
+        return await self._store.read(read)
 
     async def tree(self, chat_id: str) -> Tree:
         return await self._store.read(lambda db: chat_tree.load_tree(db, chat_id))

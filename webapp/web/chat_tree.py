@@ -49,6 +49,7 @@ CREATE TABLE IF NOT EXISTS chat_runs (
     meta_json     TEXT
 );
 CREATE INDEX IF NOT EXISTS chat_runs_by_chat ON chat_runs (chat_id, seq);
+CREATE INDEX IF NOT EXISTS chat_runs_by_parent ON chat_runs (chat_id, parent_run_id);
 """
 
 
@@ -173,6 +174,35 @@ async def load_tree(db: aiosqlite.Connection, chat_id: str) -> Tree:
         "SELECT run_id, parent_run_id, message_id, seq, selected FROM chat_runs WHERE chat_id = ?",
         (chat_id,),
     )
+    return Tree(Node(str(r[0]), r[1], str(r[2]), int(r[3]), int(r[4])) for r in rows)
+
+
+async def load_around(db: aiosqlite.Connection, chat_id: str, run_ids: list[str]) -> Tree:
+    """The part of the tree a page of ``run_ids`` needs for its switchers: those runs
+    and every run beside them (same parent). Cost follows the page, not the chat."""
+    if not run_ids:
+        return Tree([])
+    marks = ",".join("?" * len(run_ids))
+    columns = "run_id, parent_run_id, message_id, seq, selected"
+    shown = list(
+        await db.execute_fetchall(
+            f"SELECT {columns} FROM chat_runs WHERE chat_id = ? AND run_id IN ({marks})",
+            (chat_id, *run_ids),
+        )
+    )
+    parents = sorted({r[1] for r in shown if r[1] is not None})
+    rows = list(shown)
+    if parents:
+        marks = ",".join("?" * len(parents))
+        rows += await db.execute_fetchall(
+            f"SELECT {columns} FROM chat_runs WHERE chat_id = ? AND parent_run_id IN ({marks})",
+            (chat_id, *parents),
+        )
+    if any(r[1] is None for r in shown):
+        rows += await db.execute_fetchall(
+            f"SELECT {columns} FROM chat_runs WHERE chat_id = ? AND parent_run_id IS NULL",
+            (chat_id,),
+        )
     return Tree(Node(str(r[0]), r[1], str(r[2]), int(r[3]), int(r[4])) for r in rows)
 
 

@@ -363,7 +363,14 @@ _MD = _build()
 
 def render_markdown(text: str) -> Markup:
     """Safe HTML for a message's Markdown."""
-    return Markup(_MD.render(text))
+    return Markup(_render(text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _render(text: str) -> str:
+    # A finished reply's text never changes, and every page view renders the same
+    # replies again: the same text always gives the same HTML, so keep the latest.
+    return _MD.render(text)
 
 
 def pygments_css(light: str = "default", dark: str = "monokai") -> str:

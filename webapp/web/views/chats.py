@@ -17,6 +17,7 @@ from webapp.web.forms import (
 from webapp.web.views.responses import (
     BUSY,
     NO_CHAT,
+    NotOnPage,
     error_page,
     is_htmx,
     page_context,
@@ -27,6 +28,10 @@ from webapp.web.views.responses import (
     to_chat,
 )
 
+OLDER_GONE = (
+    "Those messages are not on this chat's page any more (a version was switched). Reload the chat."
+)
+
 
 async def home(request: Request) -> Response:
     """GET /: an empty new chat; its first message creates it. Recent chats are in the list."""
@@ -34,11 +39,20 @@ async def home(request: Request) -> Response:
 
 
 async def chat_page(request: Request) -> Response:
-    """GET /chats/{chat_id}."""
-    chat = await web(request).chats.get(request.path_params["chat_id"])
+    """GET /chats/{chat_id}: its latest messages. With ``?before=RUN`` the page of older
+    messages before that one: for htmx (scrolling up) just those messages."""
+    app = web(request)
+    chat = await app.chats.get(request.path_params["chat_id"])
     if chat is None:
         return error_page(request, 404, NO_CHAT)
-    return render_chat(request, await page_context(request, chat))
+    before = request.query_params.get("before") or None
+    try:
+        context = await page_context(request, chat, before=before, with_list=not is_htmx(request))
+    except NotOnPage:
+        return error_page(request, 404, OLDER_GONE)
+    if before is not None and is_htmx(request):
+        return app.templates.response("_message_items.html", **context)
+    return render_chat(request, context)
 
 
 async def new_chat(request: Request) -> Response:

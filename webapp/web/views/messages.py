@@ -77,7 +77,8 @@ async def edit_form(request: Request) -> Response:
     if chat is None:
         return error_page(request, 404, NO_CHAT)
     run_id = request.path_params["run_id"]
-    context = await page_context(request, chat)
+    # Every message: the one to edit may be on an older page than the latest.
+    context = await page_context(request, chat, everything=True)
     item = next(
         (i for i in context["items"] if isinstance(i, UserView) and i.run_id == run_id), None
     )

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from webapp.web.app_state import new_client_id, web
-from webapp.web.chat_service import Conversation
+from webapp.web.chat_service import PAGE_RUNS, Conversation
 from webapp.web.chat_store import Chat
 
 ALERT_TARGET = "#composer-alert"
@@ -58,18 +58,36 @@ def to_chat(request: Request, chat_id: str) -> Response:
     return redirect(request, path_for(request, "chat", chat_id=chat_id))
 
 
+class NotOnPage(LookupError):
+    """A page of older messages was asked for before a message that is not shown."""
+
+
 async def page_context(
-    request: Request, chat: Chat | None, *, with_list: bool = True
+    request: Request,
+    chat: Chat | None,
+    *,
+    with_list: bool = True,
+    before: str | None = None,
+    everything: bool = False,
 ) -> dict[str, Any]:
     """Everything base.html and chat.html need, except the per-request extras
-    (``with_list=False``: not the chat list, for fragments that do not show it)."""
+    (``with_list=False``: not the chat list, for fragments that do not show it;
+    ``before``: the page of older messages before that run, else `NotOnPage`;
+    ``everything``: every message, not just the latest page)."""
     app = web(request)
-    conversation = await app.chats.conversation(chat) if chat is not None else None
+    conversation = None
+    if chat is not None:
+        limit = None if everything else PAGE_RUNS
+        conversation = await app.chats.conversation(chat, before=before, limit=limit)
+        if conversation is None:
+            raise NotOnPage(before)
     return {
         "chat": chat,
         "chats": await app.chats.recent() if with_list else [],
         "items": conversation.items if conversation else [],
         "live": conversation.live if conversation else None,
+        "earlier": conversation.earlier if conversation else None,
+        "before": before,
         "client_id": new_client_id(),
         "max_message_chars": app.max_message_chars,
         "model_description": app.model_description,
