@@ -78,6 +78,14 @@
       t.form.requestSubmit();
       return;
     }
+    // Ctrl+K (Cmd+K on macOS) jumps to the search box; preventDefault keeps the
+    // browser's own Ctrl+K (focus its address bar's search) from firing as well.
+    if ((event.ctrlKey || event.metaKey) && !event.altKey && !event.shiftKey &&
+        (event.key === "k" || event.key === "K")) {
+      var box = document.getElementById("search-box");
+      if (box) { event.preventDefault(); box.focus(); box.select(); }
+      return;
+    }
     if (event.key === "Escape") {
       var stop = document.querySelector("form.stop-form button");
       if (stop) { event.preventDefault(); stop.click(); }
