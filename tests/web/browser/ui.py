@@ -224,3 +224,40 @@ def recorded_states(page: Page) -> list[dict[str, Any]]:
 def recorded_violations(page: Page) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = page.evaluate("() => window.__pwViolations || []")
     return found
+
+
+# --- The sidebar's library: the chat list, import, search; export in Chat options ----
+
+
+def chat_links(page: Page) -> list[tuple[str, str]]:
+    """(name, href) of every link in the "Chats" list, top to bottom."""
+    links = page.get_by_role("navigation", name="Chats", exact=True).get_by_role("link")
+    return [(link.inner_text().strip(), link.get_attribute("href") or "") for link in links.all()]
+
+
+def open_chat_options(page: Page) -> Locator:
+    """Open the chat header's Chat options (a <details>, so no script needed); returns it."""
+    summary = page.get_by_text("Chat options", exact=True)
+    menu = page.locator("details").filter(has=summary)
+    if menu.get_attribute("open") is None:
+        summary.click()
+    expect(menu).to_have_attribute("open", "")
+    return menu
+
+
+def download_export(page: Page, name: str) -> tuple[str, bytes]:
+    """Click the export link `name` (Markdown or JSON) in Chat options: (file name, bytes)."""
+    menu = open_chat_options(page)
+    with page.expect_download() as info:
+        menu.get_by_role("link", name=name, exact=True).click()
+    download = info.value
+    with open(download.path(), "rb") as file:
+        return download.suggested_filename, file.read()
+
+
+def search_box(page: Page) -> Locator:
+    return page.get_by_label("Search chats", exact=True)
+
+
+def search_results(page: Page) -> Locator:
+    return page.get_by_role("list", name="Search results", exact=True)
