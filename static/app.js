@@ -129,6 +129,24 @@
     scrollDown(false);
   });
 
+  // Older messages arrive above the ones being read: keep those where they were, so
+  // the next page loads only when the user scrolls up to it.
+  var heightBefore = null;
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail && event.detail.target;
+    var el = messages();
+    if (el && target instanceof Element && target.classList.contains("earlier")) {
+      heightBefore = el.scrollHeight;
+    }
+  });
+  document.addEventListener("htmx:afterSwap", function () {
+    var el = messages();
+    if (el && heightBefore !== null) {
+      el.scrollTop += el.scrollHeight - heightBefore;
+      heightBefore = null;
+    }
+  });
+
   // New content from any swap (a request, an out-of-band part, an SSE event such as a
   // finished reply replacing its streaming element): its Copy buttons can work now.
   document.addEventListener("htmx:load", function (event) {

@@ -1,0 +1,63 @@
+"""A 500-message chat opens at its latest messages; scrolling up loads the rest once each."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from playwright.sync_api import Page, expect
+
+from webapp.stores.sqlite_session import SQLiteSession
+from webapp.transcript import AssistantEntry, UserEntry
+from webapp.web.chat_store import ChatStore
+
+from .harness import AppFactory
+
+RUNS = 250  # 500 messages
+
+_TEXTS_JS = """
+() => Array.from(document.querySelectorAll('[data-role=user], [data-role=assistant]'))
+  .map(m => m.querySelector('.content').textContent.trim())
+"""
+
+
+async def _write_chat(db: Path) -> str:
+    store = ChatStore(db)
+    chat = await store.create("A long conversation")
+    await store.close()
+    async with SQLiteSession(db, wal=True) as session:
+        for n in range(RUNS):
+            entries = [UserEntry(f"question {n}"), AssistantEntry(f"answer {n}")]
+            await session.append(chat.id, entries, run_id=f"run{n:04d}")
+    return chat.id
+
+
+def test_scrolling_up_a_500_message_chat_shows_every_message_once_in_order(
+    start_app: AppFactory, open_page: Callable[..., Page], tmp_path: Path
+) -> None:
+    # Playwright's sync API runs an event loop in this thread: write from another.
+    with ThreadPoolExecutor(1) as pool:
+        chat_id = pool.submit(asyncio.run, _write_chat(tmp_path / "chat.db")).result()
+    server = start_app()
+    page = open_page(server)
+    page.goto(f"/chats/{chat_id}")
+    expect(page.locator("[data-role=assistant] .content").last).to_have_text("answer 249")
+    first_page = page.evaluate(_TEXTS_JS)
+    assert len(first_page) < 100  # it opened at the latest messages, not all 500
+    earlier = page.get_by_role("link", name="Load earlier messages", exact=True)
+    pages = 1
+    for _ in range(RUNS):  # bounded: each round loads at least one page
+        if earlier.count() == 0:
+            break
+        shown = page.locator("[data-role=user]").count()
+        page.locator("#conversation").evaluate("el => { el.scrollTop = 0; }")
+        page.wait_for_function(
+            "n => document.querySelectorAll('[data-role=user]').length > n", arg=shown
+        )
+        pages += 1
+    # One page per scroll to the top: what the user was reading stays in view.
+    assert pages == RUNS // 25
+    expected = [t for n in range(RUNS) for t in (f"question {n}", f"answer {n}")]
+    assert page.evaluate(_TEXTS_JS) == expected
