@@ -23,6 +23,8 @@ Invariants, each named for the failure it prevents:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Union
 
@@ -253,12 +255,9 @@ class ChatService:
 
     async def edit(self, chat_id: str, run_id: str, text: str) -> EditOutcome:
         """A new version of the user message whose run is ``run_id`` (SPEC §7)."""
-        async with self.runs.lock(chat_id):
-            chat = await self._settled(chat_id)
-            if chat is None:
-                return ChatNotFound()
-            if chat.active_run_id:
-                return Busy(chat)
+        async with self._idle(chat_id) as chat:
+            if not isinstance(chat, Chat):
+                return chat
             segments = await self.session.segments(chat_id)
             index = _input_index(segments, run_id)
             if index is None:
@@ -276,12 +275,9 @@ class ChatService:
 
     async def regenerate(self, chat_id: str, run_id: str | None = None) -> RegenerateOutcome:
         """A new version of the reply of run ``run_id`` (the last reply when None)."""
-        async with self.runs.lock(chat_id):
-            chat = await self._settled(chat_id)
-            if chat is None:
-                return ChatNotFound()
-            if chat.active_run_id:
-                return Busy(chat)
+        async with self._idle(chat_id) as chat:
+            if not isinstance(chat, Chat):
+                return chat
             segments = await self.session.segments(chat_id)
             if run_id is None and segments:
                 run_id = segments[-1].run_id
@@ -294,12 +290,9 @@ class ChatService:
 
     async def continue_reply(self, chat_id: str, run_id: str) -> ContinueOutcome:
         """Run the model again on a stopped or cut-short last reply; its text joins it."""
-        async with self.runs.lock(chat_id):
-            chat = await self._settled(chat_id)
-            if chat is None:
-                return ChatNotFound()
-            if chat.active_run_id:
-                return Busy(chat)
+        async with self._idle(chat_id) as chat:
+            if not isinstance(chat, Chat):
+                return chat
             segments = await self.session.segments(chat_id)
             if not any(s.run_id == run_id for s in segments):
                 return RunNotFound(chat)
@@ -309,6 +302,19 @@ class ChatService:
             new = NewRun(new_run_id(), "continue", target=run_id)
             state = await self.runs.start(chat.id, new, "", continues=replies[0])
             return Started(replace(chat, active_run_id=state.run_id), state)
+
+    @contextlib.asynccontextmanager
+    async def _idle(self, chat_id: str) -> AsyncIterator[Chat | ChatNotFound | Busy]:
+        """The chat's lock, held for the block, and the chat -- or why it cannot change
+        now: it does not exist, or a run is active in it."""
+        async with self.runs.lock(chat_id):
+            chat = await self._settled(chat_id)
+            if chat is None:
+                yield ChatNotFound()
+            elif chat.active_run_id:
+                yield Busy(chat)
+            else:
+                yield chat
 
     async def _settled(self, chat_id: str) -> Chat | None:
         """The chat as durable state says, after finishing the bookkeeping of a run
@@ -327,12 +333,9 @@ class ChatService:
 
     async def switch(self, chat_id: str, run_id: str) -> SwitchOutcome:
         """Show version ``run_id`` of a message or reply on the shown path (no model call)."""
-        async with self.runs.lock(chat_id):
-            chat = await self._settled(chat_id)
-            if chat is None:
-                return ChatNotFound()
-            if chat.active_run_id:
-                return Busy(chat)
+        async with self._idle(chat_id) as chat:
+            if not isinstance(chat, Chat):
+                return chat
             tree = await self.store.tree(chat_id)
             node = tree.nodes.get(run_id)
             shown = {n.run_id for n in tree.path()}
@@ -344,12 +347,9 @@ class ChatService:
 
     async def branch(self, chat_id: str, run_id: str) -> BranchOutcome:
         """A new chat with the shown path up to and including reply ``run_id``."""
-        async with self.runs.lock(chat_id):
-            chat = await self._settled(chat_id)
-            if chat is None:
-                return ChatNotFound()
-            if chat.active_run_id:
-                return Busy(chat)
+        async with self._idle(chat_id) as chat:
+            if not isinstance(chat, Chat):
+                return chat
             segments = await self.session.segments(chat_id)
             if not any(s.run_id == run_id for s in segments):
                 return RunNotFound(chat)
