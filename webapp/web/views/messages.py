@@ -14,16 +14,16 @@ from starlette.responses import HTMLResponse, Response
 
 from webapp.web.app_state import web
 from webapp.web.chat_service import (
-    AlreadySent,
     Busy,
     CannotContinue,
     ChatNotFound,
     MessageNotFound,
     NothingToRegenerate,
     RunNotFound,
-    Started,
+    ShownReply,
     VersionNotFound,
 )
+from webapp.web.chat_store import Chat
 from webapp.web.forms import FormError, read_message, read_run_id
 from webapp.web.view_models import UserView
 from webapp.web.views.responses import (
@@ -48,6 +48,37 @@ CANNOT_CONTINUE = (
 )
 BUSY_SWITCH = "A reply is still running in this chat. Wait for it to finish or press Stop first."
 
+# Every way a flow can say no, with its status and what the user reads.
+REFUSALS: dict[type, tuple[int, str]] = {
+    ChatNotFound: (404, NO_CHAT),
+    Busy: (409, BUSY_SWITCH),
+    MessageNotFound: (404, NO_MESSAGE),
+    RunNotFound: (404, NO_RUN),
+    NothingToRegenerate: (400, NOTHING_TO_REGENERATE),
+    VersionNotFound: (404, NO_VERSION),
+    CannotContinue: (400, CANNOT_CONTINUE),
+}
+
+
+async def answer(
+    request: Request,
+    outcome: object,
+    *,
+    busy: str = BUSY_SWITCH,
+    draft: str = "",
+    editing: str | None = None,
+) -> Response:
+    """The refusal an outcome stands for, or else the chat as it now is."""
+    chat = getattr(outcome, "chat", None)
+    found = REFUSALS.get(type(outcome))
+    if found is not None:
+        status, message = found
+        message = busy if isinstance(outcome, Busy) else message
+        return await refuse(request, status, message, chat=chat, draft=draft, editing=editing)
+    if not isinstance(chat, Chat):
+        raise TypeError(f"no chat in the outcome {outcome!r}")
+    return await chat_updated(request, chat)
+
 
 async def send(request: Request) -> Response:
     """POST /chats/{chat_id}/messages (fields ``text``, ``client_id``)."""
@@ -61,13 +92,7 @@ async def send(request: Request) -> Response:
             return await refuse(request, 404, NO_CHAT)
         return await refuse(request, exc.status, exc.message, chat=chat, draft=exc.draft)
     outcome = await app.chats.send(chat_id, form.text, form.client_id)
-    if isinstance(outcome, ChatNotFound):
-        return await refuse(request, 404, NO_CHAT)
-    if isinstance(outcome, Busy):
-        return await refuse(request, 409, BUSY, chat=outcome.chat, draft=form.text)
-    if isinstance(outcome, (Started, AlreadySent)):
-        return await chat_updated(request, outcome.chat)
-    raise AssertionError(f"unexpected outcome {outcome!r}")
+    return await answer(request, outcome, busy=BUSY, draft=form.text)
 
 
 async def edit_form(request: Request) -> Response:
@@ -103,13 +128,7 @@ async def edit(request: Request) -> Response:
             request, exc.status, exc.message, chat=chat, draft=exc.draft, editing=run_id
         )
     outcome = await app.chats.edit(chat_id, run_id, form.text)
-    if isinstance(outcome, ChatNotFound):
-        return await refuse(request, 404, NO_CHAT)
-    if isinstance(outcome, Busy):
-        return await refuse(request, 409, BUSY, chat=outcome.chat, draft=form.text, editing=run_id)
-    if isinstance(outcome, MessageNotFound):
-        return await refuse(request, 404, NO_MESSAGE, chat=outcome.chat)
-    return await chat_updated(request, outcome.chat)
+    return await answer(request, outcome, busy=BUSY, draft=form.text, editing=run_id)
 
 
 async def regenerate(request: Request) -> Response:
@@ -122,13 +141,7 @@ async def regenerate(request: Request) -> Response:
     except FormError as exc:
         return await refuse(request, exc.status, exc.message, chat=await app.chats.get(chat_id))
     outcome = await app.chats.regenerate(chat_id, run_id)
-    if isinstance(outcome, ChatNotFound):
-        return await refuse(request, 404, NO_CHAT)
-    if isinstance(outcome, Busy):
-        return await refuse(request, 409, BUSY, chat=outcome.chat)
-    if isinstance(outcome, NothingToRegenerate):
-        return await refuse(request, 400, NOTHING_TO_REGENERATE, chat=outcome.chat)
-    return await chat_updated(request, outcome.chat)
+    return await answer(request, outcome, busy=BUSY)
 
 
 async def continue_reply(request: Request) -> Response:
@@ -136,15 +149,7 @@ async def continue_reply(request: Request) -> Response:
     app = web(request)
     chat_id = request.path_params["chat_id"]
     outcome = await app.chats.continue_reply(chat_id, request.path_params["run_id"])
-    if isinstance(outcome, ChatNotFound):
-        return await refuse(request, 404, NO_CHAT)
-    if isinstance(outcome, Busy):
-        return await refuse(request, 409, BUSY_SWITCH, chat=outcome.chat)
-    if isinstance(outcome, RunNotFound):
-        return await refuse(request, 404, NO_RUN, chat=outcome.chat)
-    if isinstance(outcome, CannotContinue):
-        return await refuse(request, 400, CANNOT_CONTINUE, chat=outcome.chat)
-    return await chat_updated(request, outcome.chat)
+    return await answer(request, outcome)
 
 
 async def switch(request: Request) -> Response:
@@ -156,13 +161,7 @@ async def switch(request: Request) -> Response:
     except FormError as exc:
         return await refuse(request, exc.status, exc.message, chat=await app.chats.get(chat_id))
     outcome = await app.chats.switch(chat_id, run_id or "")
-    if isinstance(outcome, ChatNotFound):
-        return await refuse(request, 404, NO_CHAT)
-    if isinstance(outcome, Busy):
-        return await refuse(request, 409, BUSY_SWITCH, chat=outcome.chat)
-    if isinstance(outcome, VersionNotFound):
-        return await refuse(request, 404, NO_VERSION, chat=outcome.chat)
-    return await chat_updated(request, outcome.chat)
+    return await answer(request, outcome)
 
 
 async def stop(request: Request) -> Response:
@@ -170,10 +169,8 @@ async def stop(request: Request) -> Response:
     app = web(request)
     chat_id = request.path_params["chat_id"]
     outcome = await app.chats.stop(chat_id, request.path_params["run_id"])
-    if isinstance(outcome, ChatNotFound):
-        return await refuse(request, 404, NO_CHAT)
-    if isinstance(outcome, RunNotFound):
-        return await refuse(request, 404, NO_RUN, chat=outcome.chat)
+    if not isinstance(outcome, ShownReply):
+        return await answer(request, outcome)
     if not is_htmx(request):
         return to_chat(request, chat_id)
     if outcome.position is not None:
