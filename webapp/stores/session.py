@@ -49,17 +49,6 @@ class Session(Protocol):
     async def clear(self, session_id: str) -> None: ...
 
 
-@runtime_checkable
-class RewindableSession(Session, Protocol):
-    """A Session that can also cut its tail: what edit, regenerate and versions need.
-
-    A capability of its own rather than a wider `Session`: the protocol stays
-    small, and code that rewinds says so in its types.
-    """
-
-    async def rewind(self, session_id: str, *, keep_entries: int) -> int: ...
-
-
 def new_run_id() -> str:
     return uuid.uuid4().hex
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from webapp.stores.checkpoint import Checkpointer
-from webapp.stores.session import RewindableSession
+from webapp.stores.session import Session
 from webapp.web.chat_service import ChatService
 from webapp.web.chat_store import ChatStore
 from webapp.web.fragments import Fragments
@@ -27,7 +27,7 @@ class WebApp:
     templates: Templates
     fragments: Fragments
     store: ChatStore
-    session: RewindableSession
+    session: Session
     checkpointer: Checkpointer
     max_message_chars: int
     model_description: str

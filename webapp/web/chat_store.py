@@ -339,6 +339,10 @@ class ChatStore(SQLiteBacked):
 
         return await self._store.read(read)
 
+    async def tree_around(self, chat_id: str, run_ids: list[str]) -> Tree:
+        """The runs ``run_ids`` and those beside them: enough for their switchers."""
+        return await self._store.read(lambda db: chat_tree.load_around(db, chat_id, run_ids))
+
     async def tree(self, chat_id: str) -> Tree:
         return await self._store.read(lambda db: chat_tree.load_tree(db, chat_id))
 

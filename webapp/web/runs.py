@@ -281,8 +281,9 @@ class RunManager:
             return
         try:
             reply = await self._record_outcome(state, event)
-            tree = await self.chats.tree(state.chat_id)  # the finished reply keeps its switcher
-            reply.versions = tree.versions(tree.path()).of_reply(reply.run_id)
+            # The finished reply keeps its switcher (only its own part of the tree).
+            tree = await self.chats.tree_around(state.chat_id, [reply.run_id])
+            reply.versions = tree.versions([tree.nodes[reply.run_id]]).of_reply(reply.run_id)
         except Exception as exc:  # the store failed: say so on the reply, keep the run owed
             logger.exception("run %s: could not record its outcome", state.run_id)
             reply = state.reply
