@@ -2,8 +2,10 @@
 
 `SQLiteStore` owns a single persistent aiosqlite connection (opened lazily by
 `webapp.stores.sqlite_connection`, which also holds the schema and lock-wait
-rules) and a single worker task that is the only code ever touching it.
-`SQLiteBacked` is the base of a store built on one. Callers hand it jobs:
+rules) and a single worker task that runs the jobs on it one at a time (a
+lone one-statement job on an idle store runs in its caller's task instead,
+as the worker would: no task to start and wake for it). `SQLiteBacked` is the
+base of a store built on one. Callers hand it jobs:
 
 - ``await store.read(fn)`` runs ``fn(db)`` inside a read transaction, so a
   read of several statements sees one consistent state and never sees a
@@ -15,16 +17,18 @@ rules) and a single worker task that is the only code ever touching it.
   returns only once its transaction has committed, so it is on disk;
 - ``await store.execute(sql, params)`` / ``await store.fetchall(sql, params)``
   are the one-statement forms; consecutive ``execute`` jobs with the same SQL
-  in one batch share a single ``executemany`` (one thread hop for many
-  appends).
+  in one batch share a single ``executemany``, and a batch of nothing but
+  such statements runs BEGIN, the statements and COMMIT in one trip to the
+  connection's thread. Each trip costs about what a small write itself does,
+  so this is what brings an append close to the cost of its fsync.
 
 Invariants, each named for the failure it prevents:
 - one job at a time on the connection: a read can never run inside the
   writer's open transaction and see its uncommitted state;
 - one failing write never takes its batch down: a batch first runs without
-  savepoints (each statement costs a thread hop); if any write fails it is
-  rolled back and re-run with each write inside its own SAVEPOINT, so the
-  failing one rolls back alone and the others commit;
+  savepoints (each one costs a statement); if any write fails it is rolled
+  back and re-run with each write inside its own SAVEPOINT, so the failing
+  one rolls back alone and the others commit;
 - retry only what provably never committed: SQLITE_BUSY at BEGIN, on a
   statement inside the open transaction (then rolled back), or from a COMMIT
   that left the transaction open. Any other COMMIT failure is reported, never
@@ -51,6 +55,7 @@ import sqlite3
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar, Literal, Self, TypeVar
 
 import aiosqlite
@@ -61,6 +66,7 @@ from webapp.stores.sqlite_connection import (
     Schema,
     StoreBusyError,
     is_busy,
+    on_connection_thread,
     open_connection,
     run_transaction,
 )
@@ -167,6 +173,7 @@ class SQLiteStore:
         self._db: aiosqlite.Connection | None = None
         self._jobs: deque[_Job] = deque()
         self._worker: asyncio.Task[None] | None = None
+        self._inline = False  # a job is running in its caller's task (`_run_inline`)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.schema_name!r} path={self.path!r} wal={self.wal}>"
@@ -217,12 +224,49 @@ class SQLiteStore:
     ) -> Any:
         loop = asyncio.get_running_loop()
         job = _Job(kind, fn, loop.create_future(), sql, params)
-        self._jobs.append(job)
+        if self._runs_inline(job):
+            await self._run_inline(job, loop)
+        else:
+            self._jobs.append(job)
+            self._start_worker(loop)
+        return await job.future
+
+    def _runs_inline(self, job: _Job) -> bool:
+        """A one-statement job on an idle, open store needs no worker to start and wake."""
+        worker = self._worker
+        return (
+            job.sql is not None
+            and job.kind != "close"
+            and self._db is not None
+            and not self._inline
+            and not self._jobs
+            and (worker is None or worker.done())
+        )
+
+    async def _run_inline(self, job: _Job, loop: asyncio.AbstractEventLoop) -> None:
+        """Run ``job`` in its caller's task, as the worker would; jobs queued meanwhile wait.
+
+        Two turns of the event loop less per job, and the rules hold: one job on
+        the connection (others queue while this runs), and a cancelled caller
+        never leaves a write half done (its transaction is one trip to the
+        connection's thread, which finishes it either way).
+        """
+        self._inline = True
+        try:
+            step = self._run_writes([job]) if job.kind == "write" else self._run_read(job)
+            await self._guarded([job], step)
+        finally:
+            self._inline = False
+            if self._jobs:
+                self._start_worker(loop)
+
+    def _start_worker(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._inline:
+            return  # the job running in its caller's task starts one when it ends
         worker = self._worker
         # A worker left behind by a closed event loop will never run again.
         if worker is None or worker.done() or worker.get_loop() is not loop:
             self._worker = loop.create_task(self._work())
-        return await job.future
 
     async def _work(self) -> None:
         try:
@@ -248,7 +292,8 @@ class SQLiteStore:
         come from other tasks, so no caller can tell, and reads interleaved
         with writes would otherwise cut every batch down to one write.
         """
-        batch, rest = [head], deque[_Job]()
+        batch: list[_Job] = [head]
+        rest: deque[_Job] = deque()
         while self._jobs and len(batch) < MAX_BATCH and self._jobs[0].kind != "close":
             job = self._jobs.popleft()
             if job.kind != "write":
@@ -336,12 +381,18 @@ class SQLiteStore:
         pending = list(jobs)
         while pending:
             try:
-                await db.execute("BEGIN IMMEDIATE")
-                try:
-                    pending = await self._attempt(db, pending, isolate)
-                except BaseException:
-                    await self._rollback(db)  # never leave the connection mid-transaction
-                    raise
+                if not isolate and all(job.sql is not None for job in pending):
+                    # Statements only: the whole transaction in one trip to the
+                    # connection's thread instead of one trip per statement.
+                    attempt = partial(self._attempt_at_once, pending)
+                    pending = await on_connection_thread(db, attempt)
+                else:
+                    await db.execute("BEGIN IMMEDIATE")
+                    try:
+                        pending = await self._attempt(db, pending, isolate)
+                    except BaseException:
+                        await self._rollback(db)  # never leave the connection mid-transaction
+                        raise
             except (sqlite3.OperationalError, _Retry) as exc:
                 if isinstance(exc, sqlite3.OperationalError) and not is_busy(exc):
                     self._fail(pending, exc)  # nothing committed; the cause is not a lock
@@ -383,17 +434,46 @@ class SQLiteStore:
                     await db.executemany(group[0].sql, [j.params for j in group])  # type: ignore[arg-type]
                 else:
                     await group[0].run(db)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 -- a lock is retried, the rest reported
                 await self._rollback(db)
-                if is_busy(exc):
-                    raise _Retry from exc
-                if len(jobs) == 1:
-                    jobs[0].error = exc
-                    return []
-                return jobs
+                return _after_failed_write(jobs, exc)
             index += len(group)
         await self._commit(db, jobs)
         return []
+
+    def _attempt_at_once(self, jobs: list[_Job], conn: sqlite3.Connection) -> list[_Job]:
+        """`_attempt` for a batch of statements only, BEGIN and COMMIT included.
+
+        Runs on the connection's own thread; the task running the batch awaits
+        it, so nothing else touches ``jobs`` meanwhile.
+        """
+        for job in jobs:
+            job.error, job.result = None, None
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            index = 0
+            while index < len(jobs):
+                group = _same_statement(jobs, index)
+                try:
+                    sql = str(group[0].sql)
+                    if len(group) > 1:
+                        conn.executemany(sql, [j.params for j in group])
+                    else:
+                        group[0].result = conn.execute(sql, group[0].params).fetchall()
+                except Exception as exc:  # noqa: BLE001 -- a lock is retried, the rest reported
+                    _rollback_now(conn)
+                    return _after_failed_write(jobs, exc)
+                index += len(group)
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                retry = is_busy(exc) and conn.in_transaction
+                _rollback_now(conn)
+                self._commit_failed(jobs, exc, retry)
+            return []
+        except BaseException:
+            _rollback_now(conn)  # never leave the connection mid-transaction
+            raise
 
     async def _isolated_pass(self, db: aiosqlite.Connection, jobs: list[_Job]) -> list[_Job]:
         for job in jobs:
@@ -417,23 +497,42 @@ class SQLiteStore:
     async def _commit(self, db: aiosqlite.Connection, jobs: list[_Job]) -> None:
         try:
             await db.execute("COMMIT")
-        except sqlite3.OperationalError as exc:
-            if is_busy(exc) and db.in_transaction:
-                # SQLite keeps the transaction open after a busy COMMIT: provably
-                # not committed, so rolling back and running again is safe.
-                await self._rollback(db)
-                raise _Retry from exc
-            await self._rollback(db)
-            self._fail(jobs, CommitFailedError(_commit_message(self.path, exc)))
-            return
         except sqlite3.Error as exc:
+            retry = is_busy(exc) and db.in_transaction
             await self._rollback(db)
-            self._fail(jobs, CommitFailedError(_commit_message(self.path, exc)))
+            self._commit_failed(jobs, exc, retry)
+
+    def _commit_failed(self, jobs: list[_Job], exc: sqlite3.Error, retry: bool) -> None:
+        """After a failed COMMIT, rolled back: run the batch again, or report it."""
+        if retry:
+            # SQLite keeps the transaction open after a busy COMMIT: provably
+            # not committed, so rolling back and running again is safe.
+            raise _Retry from exc
+        self._fail(jobs, CommitFailedError(_commit_message(self.path, exc)))
 
     @staticmethod
     async def _rollback(db: aiosqlite.Connection) -> None:
         if db.in_transaction:
             await db.execute("ROLLBACK")
+
+
+def _rollback_now(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
+def _after_failed_write(jobs: list[_Job], exc: Exception) -> list[_Job]:
+    """What to run again after a write failed on the fast path and all was rolled back.
+
+    Raises `_Retry` for a lock; a lone write gets its error; in a batch every
+    write runs again in its own savepoint, so the failing one fails alone.
+    """
+    if is_busy(exc):
+        raise _Retry from exc
+    if len(jobs) == 1:
+        jobs[0].error = exc
+        return []
+    return jobs
 
 
 def _same_statement(jobs: list[_Job], start: int) -> list[_Job]:

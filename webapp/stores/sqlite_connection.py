@@ -27,7 +27,7 @@ import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -38,6 +38,7 @@ __all__ = [
     "StoreBusyError",
     "StoreOpenError",
     "is_busy",
+    "on_connection_thread",
     "open_connection",
     "run_transaction",
     "split_statements",
@@ -46,6 +47,7 @@ __all__ = [
 logger = logging.getLogger("webapp.stores.sqlite_connection")
 
 DbFn = Callable[[aiosqlite.Connection], Awaitable[Any]]
+T = TypeVar("T")
 
 _BACKOFF_START = 0.002
 _BACKOFF_MAX = 0.05
@@ -94,6 +96,24 @@ def split_statements(sql: str) -> list[str]:
     if buf.strip(" \t\r\n;"):
         raise ValueError(f"schema SQL ends with an incomplete statement: {buf.strip()!r}")
     return statements
+
+
+async def on_connection_thread(
+    db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]
+) -> T:
+    """Run ``fn`` on the plain connection, on its own thread: many statements, one trip.
+
+    Every aiosqlite call is a round trip to the connection's thread and back,
+    which costs about as much as a small write itself; a transaction of three
+    calls paid that three times. aiosqlite has no public way to run several
+    statements in one trip, so this uses ``Connection._execute``, the private
+    method every one of its public calls goes through
+    (``tests/stores/test_sqlite_speed_paths.py`` fails if an upgrade changes
+    it). ``fn`` runs while the event loop goes on: it must not touch asyncio.
+    """
+    conn: sqlite3.Connection = db._conn
+    result: T = await db._execute(fn, conn)
+    return result
 
 
 # --- lock waits -------------------------------------------------------------------
