@@ -112,6 +112,16 @@ def _marker(call_id: str, cut: int, total: int) -> str:
     )
 
 
+def longest_untrimmed(keep_chars: int) -> int:
+    """`trim_output` leaves every output of at most this many characters alone.
+
+    A trimmed output is a prefix of at most ``keep_chars`` plus a marker no
+    shorter than the one below, and is only used when shorter than the
+    original: a store may skip shorter outputs without reading them.
+    """
+    return keep_chars + len(_marker("", 0, 0))
+
+
 def trim_output(call_id: str, output: str, keep_chars: int) -> str | None:
     """The trimmed output, or None when trimming would not make it shorter.
 

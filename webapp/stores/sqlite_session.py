@@ -6,7 +6,10 @@ what they change rather than to the session's length:
 - ``append`` finds its position from the last row alone (index lookups);
 - ``rewind`` reads only rows whose end lies past the cut, through an index on
   ``first_entry + entry_count``;
-- ``load`` and ``segments`` are one ordered query.
+- ``load`` and ``segments`` are one ordered query;
+- ``trim_tool_results`` lets SQLite's JSON functions find the outputs it may
+  shorten, and rewrites only the rows where one actually gets shorter: a row
+  left as it was costs no page write and no search-index update.
 
 The rules of ``rewind`` and ``trim_tool_results`` live in
 `webapp.stores.session` and are shared with `InMemorySession`.
@@ -15,8 +18,9 @@ The rules of ``rewind`` and ``trim_tool_results`` live in
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import aiosqlite
@@ -24,11 +28,14 @@ import aiosqlite
 from webapp.stores.session import (
     Segment,
     check_non_negative,
+    longest_untrimmed,
     new_run_id,
     plan_rewind,
     trim_entries,
+    trim_output,
 )
 from webapp.stores.sqlite import SQLiteBacked, StoredDataError
+from webapp.stores.sqlite_connection import is_busy
 from webapp.transcript import Entry, entry_from_dict, entry_to_dict
 
 SCHEMA_NAME = "session"
@@ -73,6 +80,28 @@ TAIL_SQL = """
 SELECT seq, run_id, first_entry, entries_json FROM session_segments
 WHERE session_id = ? AND first_entry + entry_count > ? ORDER BY seq
 """
+
+# The entries a trim may shorten, found without decoding a row in Python: in
+# the runs before the last :keep_runs, objects of type tool_result whose JSON
+# is longer than any output `trim_output` leaves alone (in bytes, never fewer
+# than characters). The cheap tests come first: lengths, then the type's text,
+# before SQLite parses the entry for a type written some other way. This only
+# narrows the search: Python decodes each entry found and decides (SQLite's
+# own json_extract would cut an output short at a "\u0000").
+_TRIM_CANDIDATES = """
+SELECT s.seq, s.run_id, e.key, e.value
+FROM session_segments AS s, json_each(s.entries_json) AS e
+WHERE s.session_id = :sid
+  AND s.seq <= (SELECT seq FROM session_segments WHERE session_id = :sid
+                ORDER BY seq DESC LIMIT 1 OFFSET :keep_runs)
+  AND length(CAST(s.entries_json AS BLOB)) > :above
+  AND e.type = 'object' AND typeof(e.key) = 'integer'
+  AND length(CAST(e.value AS BLOB)) > :above
+  AND (instr(e.value, '"tool_result"') > 0 OR json_extract(e.value, '$.type') = 'tool_result')
+"""
+
+_MAX_PATHS = 50  # per json_set call: SQLite builds before 3.48 allow 127 arguments
+_SQL_INT_MAX = 2**63 - 1
 
 
 class SQLiteSession(SQLiteBacked):
@@ -169,33 +198,99 @@ class SQLiteSession(SQLiteBacked):
     async def trim_tool_results(
         self, session_id: str, *, keep_chars: int = 400, keep_runs: int = 1
     ) -> int:
-        """Shorten tool outputs of every run before the last ``keep_runs``; see SPEC §2."""
+        """Shorten tool outputs of every run before the last ``keep_runs``; see SPEC §2.
+
+        Maintenance, not validation: Python decodes only the entries SQLite
+        finds long enough to shorten, so a run holding an entry kind this
+        release does not know is passed over, not refused (`load` and
+        `segments` still report it).
+        """
         check_non_negative(keep_chars=keep_chars, keep_runs=keep_runs)
+        # Values past SQLite's integers select nothing, exactly like the largest one.
+        params = {
+            "sid": session_id,
+            "keep_runs": min(keep_runs, _SQL_INT_MAX),
+            "above": min(longest_untrimmed(keep_chars), _SQL_INT_MAX),
+        }
 
         async def trim(db: aiosqlite.Connection) -> int:
-            rows = list(
-                await db.execute_fetchall(
-                    "SELECT seq, run_id, entries_json FROM session_segments "
-                    "WHERE session_id = ? ORDER BY seq",
-                    (session_id,),
-                )
-            )
-            older = rows[: max(len(rows) - keep_runs, 0)]
-            updates, total = [], 0
-            for seq, run_id, data in older:
-                entries, count = trim_entries(
-                    _decode_entries(session_id, seq, run_id, data), keep_chars
-                )
-                if count:
-                    updates.append((_encode_entries(entries), session_id, seq))
-                    total += count
-            await db.executemany(
-                "UPDATE session_segments SET entries_json = ? WHERE session_id = ? AND seq = ?",
-                updates,
-            )
-            return total
+            try:
+                found = await db.execute_fetchall(_TRIM_CANDIDATES, params)
+            except sqlite3.OperationalError as exc:
+                if is_busy(exc):
+                    raise
+                # A row SQLite's JSON cannot read ("malformed JSON"), or a
+                # SQLite without JSON functions: the path that decodes every
+                # row in Python trims it, or names the row that is broken.
+                return await _trim_decoding_every_row(db, session_id, keep_chars, keep_runs)
+            trimmed, updates = _trim_updates(session_id, found, keep_chars)
+            for paths, rows in updates.items():
+                await db.executemany(_trim_sql(paths), rows)
+            return trimmed
 
         return await self._store.write(trim)
+
+
+def _trim_updates(
+    session_id: str, found: Iterable[Any], keep_chars: int
+) -> tuple[int, dict[int, list[tuple[Any, ...]]]]:
+    """How many outputs get shorter, and the parameters of `_trim_sql` by path count.
+
+    Only those outputs are rewritten, by ``json_set`` on their own JSON path:
+    the row's other entries and keys (a newer release's too) are kept as they
+    are; SQLite writes the row back without the spaces `json.dumps` puts in.
+    """
+    edits: dict[int, list[str]] = {}
+    trimmed = 0
+    for seq, run_id, index, text in found:
+        entry = json.loads(text)
+        call_id, output = entry.get("call_id"), entry.get("output")
+        if entry.get("type") != "tool_result" or not isinstance(output, str):
+            continue
+        if not isinstance(call_id, str):
+            problem = ValueError(f"tool_result entry {index} has no string call_id")
+            raise _bad_row(session_id, seq, run_id, "entries_json", problem)
+        shorter = trim_output(call_id, output, keep_chars)
+        if shorter is not None:
+            edits.setdefault(seq, []).extend((f"$[{index}].output", shorter))
+            trimmed += 1
+    updates: dict[int, list[tuple[Any, ...]]] = {}
+    for seq, pairs in edits.items():
+        for start in range(0, len(pairs), 2 * _MAX_PATHS):
+            chunk = pairs[start : start + 2 * _MAX_PATHS]
+            updates.setdefault(len(chunk) // 2, []).append((*chunk, session_id, seq))
+    return trimmed, updates
+
+
+def _trim_sql(paths: int) -> str:
+    return (
+        "UPDATE session_segments SET entries_json = json_set(entries_json"
+        + ", ?, ?" * paths
+        + ") WHERE session_id = ? AND seq = ?"
+    )
+
+
+async def _trim_decoding_every_row(
+    db: aiosqlite.Connection, session_id: str, keep_chars: int, keep_runs: int
+) -> int:
+    rows = list(
+        await db.execute_fetchall(
+            "SELECT seq, run_id, entries_json FROM session_segments "
+            "WHERE session_id = ? ORDER BY seq",
+            (session_id,),
+        )
+    )
+    updates, total = [], 0
+    for seq, run_id, data in rows[: max(len(rows) - keep_runs, 0)]:
+        entries, count = trim_entries(_decode_entries(session_id, seq, run_id, data), keep_chars)
+        if count:
+            updates.append((_encode_entries(entries), session_id, seq))
+            total += count
+    await db.executemany(
+        "UPDATE session_segments SET entries_json = ? WHERE session_id = ? AND seq = ?",
+        updates,
+    )
+    return total
 
 
 # --- whole segments inside another store's transaction ------------------------------
@@ -283,7 +378,7 @@ def _check_id(name: str, value: object) -> str:
 
 
 def _encode_entries(entries: Iterable[Entry]) -> str:
-    return json.dumps([entry_to_dict(e) for e in entries], ensure_ascii=False)
+    return json.dumps([_entry_dict(e) for e in entries], ensure_ascii=False)
 
 
 def _encode_meta(meta: dict[str, Any] | None) -> str | None:
@@ -300,12 +395,78 @@ def _encode_meta(meta: dict[str, Any] | None) -> str | None:
 
 def _decode_entries(session_id: str, seq: int, run_id: str, data: str) -> list[Entry]:
     try:
-        items = json.loads(data)
+        items = _parse(data)
         if not isinstance(items, list):
             raise TypeError(f"expected a JSON list, got {type(items).__name__}")
-        return [entry_from_dict(item) for item in items]
+        return _entries_from(items)
     except (ValueError, TypeError, AttributeError) as exc:
         raise _bad_row(session_id, seq, run_id, "entries_json", exc) from exc
+
+
+_DECODER = json.JSONDecoder()  # what json.loads uses, called without its per-call wrapping
+
+
+def _parse(data: str) -> Any:
+    """``json.loads(data)``; a third faster for a text that is nothing but the value."""
+    try:
+        value, end = _DECODER.raw_decode(data)
+    except (ValueError, TypeError):
+        end = -1
+    # Anything else (whitespace around the value, bytes, an error) as json.loads has it.
+    return value if end == len(data) else json.loads(data)
+
+
+# `entry_to_dict` and `entry_from_dict` are the reference, but they work out
+# each class's fields again for every entry (`asdict`, `dataclasses.fields`):
+# that was most of what a long `load` cost. The first entry of each kind goes
+# through them and records its shape; later entries of exactly that shape (the
+# keys `entry_to_dict` writes, in its order) are built directly, and anything
+# else still takes the reference path.
+
+_CLASSES: dict[str, tuple[type[Entry], tuple[str, ...]]] = {}  # "type" -> class, its keys
+_NAMES: dict[type, str] = {}  # class -> "type", for classes whose __dict__ is their fields
+
+
+def _entries_from(items: list[Any]) -> list[Entry]:
+    """``[entry_from_dict(item) for item in items]``, built in ``items`` from its own dicts."""
+    for index, item in enumerate(items):
+        try:
+            cls, keys = _CLASSES[item["type"]]
+        except (KeyError, TypeError):  # not a dict, or a kind not seen yet: the reference decides
+            cls, keys = None, None
+        if cls is not None and tuple(item) == keys:
+            # The dict, less "type", is exactly what the class's __init__ would
+            # store; adopting it takes half the time of calling the class.
+            del item["type"]
+            built = object.__new__(cls)
+            object.__setattr__(built, "__dict__", item)
+            items[index] = built
+            continue
+        entry = entry_from_dict(item)
+        kind = item["type"]
+        if kind not in _CLASSES and _plain(entry):
+            _CLASSES[kind] = (type(entry), ("type", *vars(entry)))
+        items[index] = entry
+    return items
+
+
+def _plain(entry: Entry) -> bool:
+    """True when ``entry``'s __dict__ holds its fields and nothing else sets them up."""
+    names = [f.name for f in fields(entry)]
+    own = getattr(entry, "__dict__", None)
+    return own is not None and list(own) == names and not hasattr(type(entry), "__post_init__")
+
+
+def _entry_dict(entry: Entry) -> dict[str, Any]:
+    """Like `entry_to_dict` (a TypeError for anything but an entry)."""
+    name = _NAMES.get(type(entry))
+    if name is not None:
+        return {"type": name, **entry.__dict__}
+    data = entry_to_dict(entry)
+    own = getattr(entry, "__dict__", None)
+    if own is not None and list(data) == ["type", *own]:
+        _NAMES[type(entry)] = data["type"]
+    return data
 
 
 def _segment(session_id: str, seq: int, run_id: str, data: str, meta_json: str | None) -> Segment:

@@ -1,0 +1,506 @@
+"""The SQLite stores' fast paths give what the plain paths gave, touch only what they must.
+
+- trim: SQLite finds the outputs to shorten and ``json_set`` rewrites just
+  those, so rows with nothing to trim are never written and what a newer
+  release stored survives; checked against `InMemorySession`, the reference;
+- load: entries are built from the decoded dicts directly, so every odd row
+  must still decode (or fail) exactly as `entry_from_dict` would have it;
+- writes: a transaction of statements is one trip to the connection's thread,
+  and a lone one on an idle store runs in its caller's task -- under the
+  same lock, failure and cancellation rules as the worker's batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import sqlite3
+import threading
+from collections.abc import Awaitable, Callable
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import pytest
+
+from webapp.stores.session import InMemorySession, longest_untrimmed, trim_output
+from webapp.stores.sqlite import SQLiteStore, StoredDataError
+from webapp.stores.sqlite_connection import StoreBusyError, on_connection_thread
+from webapp.stores.sqlite_session import SQLiteSession
+from webapp.transcript import (
+    AssistantEntry,
+    Entry,
+    ReasoningEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+    UserEntry,
+    entry_from_dict,
+    entry_to_dict,
+)
+
+WAL = pytest.mark.parametrize("wal", [False, True], ids=["rollback", "wal"])
+LONG = "x" * 1000
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def tool_run(n: int, *outputs: str, is_error: bool = False) -> list[Entry]:
+    entries: list[Entry] = [UserEntry(f"q{n}")]
+    for k, output in enumerate(outputs):
+        entries.append(ToolCallEntry(f"call-{n}-{k}", "lookup", "{}"))
+        entries.append(ToolResultEntry(f"call-{n}-{k}", output, is_error=is_error))
+    entries.append(AssistantEntry(f"a{n}"))
+    return entries
+
+
+async def fill_both(runs: list[list[Entry]], path: Path, wal: bool = False) -> tuple[Any, Any]:
+    memory, sqlite = InMemorySession(), SQLiteSession(path, wal=wal)
+    for i, entries in enumerate(runs):
+        for store in (memory, sqlite):
+            await store.append("s", entries, run_id=f"r{i}", meta={"i": i})
+    return memory, sqlite
+
+
+def rewritten_rows(path: Path) -> Callable[[], list[int]]:
+    """Log every UPDATE of a session row; returns a reader of the seqs logged so far."""
+    with closing(raw(path)) as conn:
+        conn.execute("CREATE TABLE rewritten (seq INTEGER)")
+        conn.execute(
+            "CREATE TRIGGER log_rewrite AFTER UPDATE ON session_segments "
+            "BEGIN INSERT INTO rewritten VALUES (new.seq); END"
+        )
+
+    def read() -> list[int]:
+        with closing(raw(path)) as conn:
+            return [r[0] for r in conn.execute("SELECT seq FROM rewritten ORDER BY rowid")]
+
+    return read
+
+
+def stored_entries(path: Path, run_id: str) -> list[dict[str, Any]]:
+    with closing(raw(path)) as conn:
+        (text,) = conn.execute(
+            "SELECT entries_json FROM session_segments WHERE run_id = ?", (run_id,)
+        ).fetchone()
+    return list(json.loads(text))
+
+
+def set_stored_entries(path: Path, run_id: str, value: object) -> None:
+    text = value if isinstance(value, str | bytes) else json.dumps(value)
+    with closing(raw(path)) as conn:
+        conn.execute(
+            "UPDATE session_segments SET entries_json = ? WHERE run_id = ?", (text, run_id)
+        )
+
+
+# --- trim: only the rows that change ----------------------------------------------------
+
+
+@WAL
+async def test_trim_rewrites_only_the_rows_whose_outputs_get_shorter(
+    tmp_path: Path, wal: bool
+) -> None:
+    keep = 40
+    at_bound = "y" * longest_untrimmed(keep)
+    runs: list[list[Entry]] = [
+        tool_run(0, LONG),  # shortened
+        tool_run(1, "short"),
+        [UserEntry("no tools"), AssistantEntry("none")],
+        tool_run(3, at_bound),  # as long as an output can be and stay whole
+        tool_run(4, "short", LONG),  # one of two shortened
+        tool_run(5, trim_output("call-5-0", LONG, keep) or ""),  # trimmed before
+        tool_run(6, LONG),  # the last run is kept
+    ]
+    path = tmp_path / "s.db"
+    memory, session = await fill_both(runs, path, wal)
+    rewrites = rewritten_rows(path)
+    try:
+        assert await session.trim_tool_results("s", keep_chars=keep) == 2
+        assert await memory.trim_tool_results("s", keep_chars=keep) == 2
+        assert rewrites() == [1, 5]
+        assert await session.segments("s") == await memory.segments("s")
+        assert await session.trim_tool_results("s", keep_chars=keep) == 0
+        assert rewrites() == [1, 5]  # idempotent: not even rewritten with the same text
+    finally:
+        await session.close()
+
+
+async def test_trim_keeps_keys_a_newer_release_added(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SQLiteSession(path) as session:
+        await session.append("s", tool_run(0, LONG), run_id="old")
+        await session.append("s", tool_run(1, LONG), run_id="last")
+        newer = stored_entries(path, "old")
+        newer[0]["lang"] = "fr"
+        newer[2]["timing"] = {"ms": 12, "cached": False}
+        set_stored_entries(path, "old", newer)
+
+        assert await session.trim_tool_results("s", keep_chars=10) == 1
+        after = stored_entries(path, "old")
+        assert after[0]["lang"] == "fr"
+        assert after[2]["timing"] == {"ms": 12, "cached": False}
+        assert after[2]["output"] == trim_output("call-0-0", LONG, 10)
+        assert [e for i, e in enumerate(after) if i != 2] == [
+            e for i, e in enumerate(newer) if i != 2
+        ]
+
+
+async def test_trim_passes_over_a_run_of_a_kind_it_does_not_know(tmp_path: Path) -> None:
+    # A newer release's entry kind is not this code's to judge while trimming:
+    # the run has nothing to trim, so it is neither read nor written.
+    path = tmp_path / "s.db"
+    async with SQLiteSession(path) as session:
+        await session.append("s", [UserEntry("later")], run_id="newer")
+        await session.append("s", tool_run(1, LONG), run_id="old")
+        await session.append("s", tool_run(2, LONG), run_id="last")
+        alien = [{"type": "image", "url": "https://example.org/a.png"}]
+        set_stored_entries(path, "newer", alien)
+
+        assert await session.trim_tool_results("s", keep_chars=10) == 1
+        assert stored_entries(path, "newer") == alien
+        with pytest.raises(StoredDataError, match="run_id='newer'.*image"):
+            await session.load("s")  # reading it is still loud
+
+
+AWKWARD = [
+    "",
+    "short",
+    "é" * 700,  # two bytes a character
+    "😀" * 300,  # four bytes a character, one character to SQLite and to Python
+    "a\x00b" * 300,  # NUL characters: SQLite's length() would stop at the first
+    '"quoted" \\back\\slashed\\ \n\t\r\x01' * 40,
+    "z" * 500 + "\n[trimmed: many of lots characters removed; nothing]",  # looks, is not
+    trim_output("call-elsewhere", "w" * 3000, 100) or "",  # another run's marker
+    trim_output("call-elsewhere", "w" * 3000, 3) or "",
+]
+
+
+@WAL
+async def test_trim_matches_the_reference_on_awkward_outputs(tmp_path: Path, wal: bool) -> None:
+    runs = [tool_run(i, text, is_error=i % 2 == 1) for i, text in enumerate(AWKWARD)]
+    runs += [tool_run(100 + k, "v" * (longest_untrimmed(40) + k)) for k in range(-1, 4)]
+    runs += [tool_run(200, *AWKWARD)]  # all in one run
+    memory, session = await fill_both(runs, tmp_path / "s.db", wal)
+    try:
+        for keep_chars, keep_runs in [(400, 1), (40, 3), (40, 0), (5, 1), (0, 0), (40, 0), (3, 2)]:
+            want = await memory.trim_tool_results("s", keep_chars=keep_chars, keep_runs=keep_runs)
+            got = await session.trim_tool_results("s", keep_chars=keep_chars, keep_runs=keep_runs)
+            assert got == want, (keep_chars, keep_runs)
+            assert await session.segments("s") == await memory.segments("s")
+    finally:
+        await session.close()
+
+
+async def test_trim_of_a_run_with_more_outputs_than_one_statement_takes(tmp_path: Path) -> None:
+    # SQLite before 3.48 allows a function 127 arguments: json_set gets them in chunks.
+    outputs = [f"{i:04d}" + "o" * 600 for i in range(130)]
+    memory, session = await fill_both([tool_run(0, *outputs), tool_run(1, "x")], tmp_path / "s.db")
+    try:
+        assert await session.trim_tool_results("s", keep_chars=7) == 130
+        assert await memory.trim_tool_results("s", keep_chars=7) == 130
+        assert await session.load("s") == await memory.load("s")
+    finally:
+        await session.close()
+
+
+async def test_trim_beyond_sqlite_integers_trims_nothing(tmp_path: Path) -> None:
+    async with SQLiteSession(tmp_path / "s.db") as session:
+        await session.append("s", tool_run(0, LONG), run_id="a")
+        await session.append("s", tool_run(1, LONG), run_id="b")
+        assert await session.trim_tool_results("s", keep_runs=2**70) == 0
+        assert await session.trim_tool_results("s", keep_chars=2**70) == 0
+        assert await session.load("s") == tool_run(0, LONG) + tool_run(1, LONG)
+
+
+async def test_trim_of_a_row_sqlite_cannot_parse_goes_row_by_row(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SQLiteSession(path) as session:
+        for i in range(3):
+            await session.append("s", tool_run(i, LONG), run_id=f"r{i}")
+        # Python reads NaN, SQLite's JSON (before 3.42) does not.
+        nan_row = json.dumps([*stored_entries(path, "r0"), {"type": "user", "text": "n", "w": 1}])
+        set_stored_entries(path, "r0", nan_row.replace('"w": 1', '"w": NaN'))
+        assert await session.trim_tool_results("s", keep_chars=10) == 2
+        assert [e for e in await session.load("s") if isinstance(e, ToolResultEntry)] == [
+            ToolResultEntry("call-0-0", trim_output("call-0-0", LONG, 10) or ""),
+            ToolResultEntry("call-1-0", trim_output("call-1-0", LONG, 10) or ""),
+            ToolResultEntry("call-2-0", LONG),
+        ]
+        set_stored_entries(path, "r1", '[{"type": "tool_result", "output": "' + LONG)  # cut off
+        with pytest.raises(StoredDataError, match="run_id='r1'"):
+            await session.trim_tool_results("s", keep_chars=5)
+
+
+@pytest.mark.parametrize("keep", [0, 1, 40, 400])
+def test_no_output_up_to_longest_untrimmed_is_ever_trimmed(keep: int) -> None:
+    bound = longest_untrimmed(keep)
+    bodies = ["q" * n for n in range(bound - 3, bound + 1)]
+    for earlier in (0, 1, keep, 3 * keep):
+        marked = trim_output("c", "m" * (bound + 50), earlier)
+        bodies.append(marked or "")
+    for body in bodies:
+        for call_id in ("", "c", "call-" + "9" * 40):
+            if len(body) <= bound:
+                assert trim_output(call_id, body, keep) is None, (len(body), call_id)
+    assert trim_output("", "q" * (bound + 5), keep) is not None
+
+
+# --- load: entries built straight from the stored dicts -------------------------------------
+
+EVERY_KIND: list[Entry] = [
+    UserEntry("u"),
+    AssistantEntry("a"),
+    ReasoningEntry("r"),
+    ToolCallEntry("c1", "lookup", '{"q": 1}'),
+    ToolResultEntry("c1", "out"),
+    ToolResultEntry("c2", "failed", is_error=True),
+]
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        [{"text": "keys in another order", "type": "user"}],
+        [{"type": "assistant", "text": "an unknown key", "model": "m1"}],
+        [{"type": "tool_result", "call_id": "c", "output": "is_error left to its default"}],
+        [{"output": "o", "is_error": True, "call_id": "c", "type": "tool_result"}],
+        [{"type": "user", "text": "twice"}, {"type": "user", "text": "twice"}],
+    ],
+)
+async def test_load_builds_what_entry_from_dict_builds(
+    tmp_path: Path, stored: list[dict[str, Any]]
+) -> None:
+    path = tmp_path / "s.db"
+    async with SQLiteSession(path) as session:
+        await session.append("s", EVERY_KIND, run_id="warm")  # every kind seen once
+        await session.append("s", [UserEntry("soon replaced")], run_id="odd")
+        set_stored_entries(path, "odd", stored)
+        loaded = (await session.load("s"))[len(EVERY_KIND) :]
+        want = [entry_from_dict(dict(item)) for item in stored]
+        assert loaded == want
+        assert [type(e) for e in loaded] == [type(e) for e in want]
+        assert [repr(e) for e in loaded] == [repr(e) for e in want]
+        assert [hash(e) for e in loaded] == [hash(e) for e in want]
+        assert [entry_to_dict(e) for e in loaded] == [entry_to_dict(e) for e in want]
+        # No stray attributes, and in field order: written back, they read as before.
+        assert [list(vars(e).items()) for e in loaded] == [list(vars(e).items()) for e in want]
+        for entry in loaded:
+            assert dataclasses.replace(entry) == entry
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                entry.text = "changed"  # type: ignore[misc,union-attr]
+        assert (await session.segments("s"))[1].entries == want
+
+
+@pytest.mark.parametrize(
+    "stored, message",
+    [
+        ([{"type": "user"}], "malformed user entry"),
+        ([{"type": "user", "text": "x"}, {"type": "alien"}], "alien"),
+        ([{"type": ["user"], "text": "x"}], "unknown transcript entry type"),
+        (["just a string"], "has no attribute"),
+        ([["a", "list"]], "has no attribute"),
+        ({"type": "user", "text": "not in a list"}, "JSON list"),
+        ('[{"type": "user", "text": "x"}] trailing', "Extra data"),
+    ],
+)
+async def test_load_rejects_what_entry_from_dict_rejects(
+    tmp_path: Path, stored: object, message: str
+) -> None:
+    path = tmp_path / "s.db"
+    async with SQLiteSession(path) as session:
+        await session.append("s", EVERY_KIND, run_id="warm")
+        await session.append("s", [UserEntry("soon bad")], run_id="bad")
+        set_stored_entries(path, "bad", stored)
+        for read in (session.load, session.segments):
+            with pytest.raises(StoredDataError, match=f"run_id='bad'.*{message}"):
+                await read("s")
+
+
+async def test_load_reads_rows_other_programs_wrote(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SQLiteSession(path) as session:
+        await session.append("s", EVERY_KIND, run_id="a")
+        await session.append("s", EVERY_KIND, run_id="b")
+        text = json.dumps([entry_to_dict(e) for e in EVERY_KIND], indent=2)
+        set_stored_entries(path, "a", f"\n  {text}\n")  # whitespace around the value
+        set_stored_entries(path, "b", text.encode())  # a BLOB
+        assert await session.load("s") == EVERY_KIND + EVERY_KIND
+
+
+async def test_append_writes_what_entry_to_dict_writes(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    async with SQLiteSession(path) as session:
+        await session.append("s", EVERY_KIND, run_id="a")
+        await session.append("s", EVERY_KIND, run_id="b")  # the second uses the fast path
+    for run_id in ("a", "b"):
+        with closing(raw(path)) as conn:
+            (text,) = conn.execute(
+                "SELECT entries_json FROM session_segments WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        assert text == json.dumps([entry_to_dict(e) for e in EVERY_KIND], ensure_ascii=False)
+
+
+# --- writes: one trip, and no worker when the store is idle ---------------------------------
+
+SCHEMA = "CREATE TABLE items (name TEXT PRIMARY KEY, note TEXT);"
+INSERT = "INSERT INTO items (name) VALUES (?)"
+
+
+def make_store(path: Path, **options: Any) -> SQLiteStore:
+    return SQLiteStore(path, schema_name="items", schema_version=1, schema_sql=SCHEMA, **options)
+
+
+async def names(store: SQLiteStore) -> list[str]:
+    return [r[0] for r in await store.fetchall("SELECT name FROM items ORDER BY name")]
+
+
+def count_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the trips to any aiosqlite connection's thread."""
+    trips = [0]
+    real = aiosqlite.Connection._execute
+
+    async def counted(self: aiosqlite.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        trips[0] += 1
+        return await real(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(aiosqlite.Connection, "_execute", counted)
+    return trips
+
+
+@WAL
+async def test_a_statement_write_is_one_trip_and_needs_no_worker(
+    tmp_path: Path, wal: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with make_store(tmp_path / "items.db", wal=wal) as store:
+        await names(store)  # opened
+        trips = count_trips(monkeypatch)
+        workers = [0]
+        real_work = SQLiteStore._work
+
+        async def counted_work(self: SQLiteStore) -> None:
+            workers[0] += 1
+            await real_work(self)
+
+        monkeypatch.setattr(SQLiteStore, "_work", counted_work)
+        for name in ("a", "b", "c"):
+            await store.execute(INSERT, (name,))
+        assert await names(store) == ["a", "b", "c"]
+        assert (trips[0], workers[0]) == (4, 0)  # BEGIN, INSERT and COMMIT in one trip
+
+        # Writes arriving together still share one transaction: group commit.
+        trips[0] = 0
+        await asyncio.gather(*(store.execute(INSERT, (f"n{i:02d}",)) for i in range(30)))
+        assert trips[0] <= 3 and workers[0] == 1
+        assert len(await names(store)) == 33
+
+
+JobKind = Callable[[SQLiteStore, str], Awaitable[Any]]
+
+
+async def as_statement(store: SQLiteStore, name: str) -> None:
+    await store.execute(INSERT, (name,))
+
+
+async def as_function(store: SQLiteStore, name: str) -> None:
+    async def fn(db: aiosqlite.Connection) -> None:
+        await db.execute(INSERT, (name,))
+
+    await store.write(fn)
+
+
+KINDS = pytest.mark.parametrize("write", [as_statement, as_function], ids=["sql", "fn"])
+
+
+@KINDS
+@WAL
+async def test_a_write_waits_out_another_connections_lock_and_lands_once(
+    tmp_path: Path, wal: bool, write: JobKind
+) -> None:
+    path = tmp_path / "items.db"
+    async with make_store(path, wal=wal) as store:
+        await names(store)
+        other = raw(path)
+        other.execute("BEGIN IMMEDIATE")
+        asyncio.get_running_loop().call_later(0.3, other.execute, "COMMIT")
+        await write(store, "late")
+        assert await names(store) == ["late"]
+        other.close()
+
+
+@KINDS
+async def test_a_commit_blocked_by_a_reader_is_retried_then_given_up_cleanly(
+    tmp_path: Path, write: JobKind
+) -> None:
+    path = tmp_path / "items.db"
+    async with make_store(path, wal=False, busy_timeout=0.3) as store:
+        await names(store)
+        reader = raw(path)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM items").fetchone()
+        with pytest.raises(StoreBusyError, match="nothing was written"):
+            await write(store, "blocked")
+        reader.execute("COMMIT")
+        reader.close()
+        assert await names(store) == []
+        await write(store, "later")
+        assert await names(store) == ["later"]
+
+
+@KINDS
+async def test_a_lone_failing_write_gets_its_error_and_the_store_goes_on(
+    tmp_path: Path, write: JobKind
+) -> None:
+    async with make_store(tmp_path / "items.db") as store:
+        await write(store, "a")
+        with pytest.raises(sqlite3.IntegrityError):
+            await write(store, "a")
+        await write(store, "b")
+        assert await names(store) == ["a", "b"]
+
+
+@WAL
+async def test_a_caller_cancelled_mid_write_leaves_it_whole_and_the_store_usable(
+    tmp_path: Path, wal: bool
+) -> None:
+    path = tmp_path / "items.db"
+    async with make_store(path, wal=wal) as store:
+        await names(store)
+        other = raw(path)
+        other.execute("BEGIN IMMEDIATE")  # the write's BEGIN waits inside SQLite for this
+        doomed = asyncio.ensure_future(store.execute(INSERT, ("doomed",)))  # runs inline
+        await asyncio.sleep(0.1)
+        queued = asyncio.ensure_future(store.execute(INSERT, ("queued",)))  # waits its turn
+        await asyncio.sleep(0.05)
+        doomed.cancel()
+        await asyncio.sleep(0.05)
+        other.execute("COMMIT")
+        other.close()
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        await asyncio.wait_for(queued, 5)
+        # The cancelled write had started its one trip: it ran to its COMMIT.
+        assert await names(store) == ["doomed", "queued"]
+        await store.execute(INSERT, ("after",))
+        assert await names(store) == ["after", "doomed", "queued"]
+
+
+async def test_on_connection_thread_runs_on_the_connections_own_thread(tmp_path: Path) -> None:
+    async with aiosqlite.connect(tmp_path / "x.db", isolation_level=None) as db:
+        await db.execute("CREATE TABLE t (v)")
+        seen: list[Any] = []
+
+        def fn(conn: sqlite3.Connection) -> int:
+            seen.append(threading.get_ident())
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t VALUES (1), (2)")
+            conn.execute("COMMIT")
+            return conn.total_changes
+
+        assert await on_connection_thread(db, fn) == 2
+        assert seen != [threading.get_ident()]
+        assert db.total_changes == 2  # the same connection aiosqlite drives
+        assert list(await db.execute_fetchall("SELECT count(*) FROM t")) == [(2,)]
