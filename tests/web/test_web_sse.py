@@ -6,13 +6,17 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import httpx
+import pytest
 import uvicorn
+from sse_starlette import ServerSentEvent
 from starlette.applications import Starlette
 from webhelpers import (
     MakeClient,
     SSEvent,
+    WebClient,
     eventually,
     parse_html,
     parse_sse,
@@ -21,11 +25,31 @@ from webhelpers import (
 )
 
 from webapp.models import ScriptedModel
-from webapp.web import create_app
-from webapp.web.runs import LogRecord
+from webapp.runtime.model import FinishPart, ModelPart, ModelRequest, TextPart
+from webapp.web import create_app, sse
+from webapp.web.event_names import DONE, TEXT
+from webapp.web.runs import LogRecord, RunManager, RunState
 from webapp.web.sse import coalesce, parse_position
+from webapp.web.view_models import ReplyView
 
 NUMBERS = " ".join(str(i) for i in range(1, 61))
+
+
+async def finished_run(client: WebClient, chat_id: str) -> RunState:
+    """The chat's run once its ``done`` record is in the log.
+
+    Not just once the chat is idle: the chat's active run is cleared a moment
+    before the final reply is drawn and logged.
+    """
+    await client.wait_idle(chat_id)
+    state = client.web.runs.latest(chat_id)
+    assert state is not None
+
+    async def finished() -> bool:
+        return state.finished
+
+    await eventually(finished, 10, "the run's done record")
+    return state
 
 
 def test_parse_position():
@@ -62,9 +86,7 @@ async def test_resume_from_last_event_id_has_no_gap_and_no_duplicate(
     client = await web_client_factory(model=ScriptedModel([NUMBERS]))
     chat_id = await client.new_chat()
     await client.send(chat_id, "count")
-    await client.wait_idle(chat_id)
-    state = client.web.runs.latest(chat_id)
-    assert state is not None and state.finished
+    state = await finished_run(client, chat_id)
     url = f"/chats/{chat_id}/runs/{state.run_id}/events"
     for k in (0, 1, 17, 59):
         seen = "".join(parse_html(r.data).text() for r in state.records[:k] if r.event == "text")
@@ -235,3 +257,125 @@ async def test_reset_of_a_running_reply_continues_from_the_current_position(
     assert shown == expected
     assert (reply.attrs["sse-connect"] or "").endswith(f"after={epoch}%3A{seq}")
     await client.wait_idle(chat_id)
+
+
+# --- batching: the first event at once, then at most one batch per window -------------
+
+
+class GatedModel:
+    """Streams ``words`` once ``gate`` opens, so a test knows when the first delta comes."""
+
+    def __init__(self, words: list[str]) -> None:
+        self.words = words
+        self.gate = asyncio.Event()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelPart]:
+        await self.gate.wait()
+        for word in self.words:
+            yield TextPart(word)
+        yield FinishPart("stop")
+
+
+async def timed_events(http: httpx.AsyncClient, url: str) -> list[tuple[float, SSEvent]]:
+    """A stream's events to its ``done``, each with the loop time it arrived at."""
+    loop = asyncio.get_running_loop()
+    out: list[tuple[float, SSEvent]] = []
+    buffer = ""
+    async with http.stream("GET", url) as response:
+        assert response.status_code == 200
+        async for chunk in response.aiter_text():
+            buffer += chunk.replace("\r\n", "\n")
+            while "\n\n" in buffer:
+                block, buffer = buffer.split("\n\n", 1)
+                out += [(loop.time(), event) for event in parse_sse(block + "\n\n")]
+                if out and out[-1][1].event == "done":
+                    return out
+    return out
+
+
+async def test_the_first_text_event_does_not_wait_for_the_batch_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(sse, "BATCH_WINDOW", 0.5)  # long, so a wait could not hide
+    model = GatedModel(["Hello", " there"])
+    app = create_app(tmp_path / "chat.db", model=model)
+    loop = asyncio.get_running_loop()
+    async with serve(app) as base, httpx.AsyncClient(base_url=base, timeout=10) as http:
+        chat_id = (await http.post("/chats")).headers["location"].rsplit("/", 1)[1]
+        await http.post(f"/chats/{chat_id}/messages", data={"text": "hi"})
+        state = app.state.web.runs.latest(chat_id)
+        url = f"/chats/{chat_id}/runs/{state.run_id}/events?after={state.epoch}:0"
+        reading = asyncio.create_task(timed_events(http, url))
+        await asyncio.sleep(0.2)  # the stream is open and waiting for the log
+        assert state.seq == 0
+        opened = loop.time()
+        model.gate.set()
+        events = await reading
+    arrived, first = events[0]
+    assert first.event == "text"
+    assert arrived - opened < 0.1, f"the first token took {arrived - opened:.3f} s"
+    assert text_of_fragments([e for _, e in events]) == "Hello there"
+    assert events[-1][1].event == "done"
+
+
+async def test_after_the_first_event_deltas_go_out_once_per_window(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setattr(sse, "BATCH_WINDOW", 0.3)
+    state = RunState("chat", "run", "e.1", "hi", ReplyView("run"))
+    events = sse.stream(cast(RunManager, None), state, "e.1", 0)
+    loop = asyncio.get_running_loop()
+
+    async def next_event() -> tuple[float, SSEvent]:
+        raw = await asyncio.wait_for(anext(events), 5)
+        (event,) = parse_sse(raw.decode())
+        return loop.time(), event
+
+    waiting = asyncio.create_task(next_event())
+    await asyncio.sleep(0.05)
+    appended = loop.time()
+    state.append(TEXT, "a")
+    sent, event = await waiting
+    assert (event.data, event.id) == ("a", "e.1:1")
+    assert sent - appended < 0.1  # the first at once
+    state.append(TEXT, "b")
+    await asyncio.sleep(0.05)
+    state.append(TEXT, "c")
+    later, event = await next_event()
+    assert (event.data, event.id) == ("bc", "e.1:3")  # one event for the window
+    assert later - sent >= 0.25
+    await asyncio.sleep(0.4)  # quiet for longer than a window
+    appended = loop.time()
+    state.append(TEXT, "d")
+    sent, event = await next_event()
+    assert (event.data, event.id) == ("d", "e.1:4")
+    assert sent - appended < 0.1  # at once again
+    state.finished = True
+    state.append(DONE, "D")
+    _, event = await next_event()
+    assert (event.event, event.id) == ("done", "e.1:5")
+    with pytest.raises(StopAsyncIteration):
+        await anext(events)
+
+
+async def test_a_burst_of_records_wakes_every_waiting_reader_once():
+    state = RunState("chat", "run", "e.1", "hi", ReplyView("run"))
+    readers = [asyncio.create_task(state.wait_beyond(0, 5)) for _ in range(3)]
+    leaver = asyncio.create_task(state.wait_beyond(0, 5))
+    await asyncio.sleep(0)
+    leaver.cancel()  # a client that went away wakes nobody and is not woken
+    for n in range(100):
+        state.append(TEXT, str(n))
+    done, _ = await asyncio.wait(readers, timeout=1)
+    assert len(done) == 3 and leaver.cancelled()
+    await asyncio.wait_for(state.wait_beyond(0, 5), 0.1)  # the log is longer: no wait
+    start = asyncio.get_running_loop().time()
+    await state.wait_beyond(100, 0.05)  # nothing new: returns at the timeout
+    assert asyncio.get_running_loop().time() - start >= 0.04
+
+
+def test_encoded_events_are_the_bytes_sse_starlette_would_send():
+    for data in ["<span>a</span>", "a\nb\r\nc\rd", "", "\n", "é 😀"]:
+        for retry in (None, 1000):
+            expected = ServerSentEvent(data, event="text", id="e.1:5", retry=retry).encode()
+            assert sse.encode("text", data, "e.1:5", retry) == expected
