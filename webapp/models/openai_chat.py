@@ -28,7 +28,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any, Self
@@ -63,7 +63,8 @@ logger = logging.getLogger("webapp.models.openai_chat")
 _MAX_ERROR_BODY = 64 * 1024
 _DRAIN_SECONDS = 1.0
 _MAX_ERROR_TEXT = 500
-_SSE_FIELDS = frozenset({"data", "event", "id", "retry"})
+_SSE_FIELDS = frozenset({b"data", b"event", b"id", b"retry"})
+_PLAIN_DELTA = frozenset({"content", "role"})  # a delta that carries only text
 
 
 class OpenAIChatModel:
@@ -99,6 +100,7 @@ class OpenAIChatModel:
         self.model = model.strip()
         self.base_url = _check_base_url(base_url)
         self.endpoint = self.base_url + "/chat/completions"
+        self._public_endpoint = _public_url(self.endpoint)  # named in errors; read per chunk
         self._api_key = api_key or None
         for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
             if not value > 0:
@@ -129,7 +131,7 @@ class OpenAIChatModel:
     @property
     def public_endpoint(self) -> str:
         """The endpoint URL safe to show: credentials embedded in it are removed."""
-        return _public_url(self.endpoint)
+        return self._public_endpoint
 
     async def aclose(self) -> None:
         """Close the pooled HTTP client; the next request opens a new one."""
@@ -223,7 +225,7 @@ class OpenAIChatModel:
         if content_type.startswith("application/json"):
             # A server that ignored stream=True answered with one whole completion.
             raw = await response.aread()
-            for part in _parts_from_completion(self._decode(raw.decode("utf-8", "replace"))):
+            for part in _parts_from_completion(self._decode(raw)):
                 yield part
             return
         if content_type.startswith("text/html"):
@@ -231,16 +233,19 @@ class OpenAIChatModel:
                 f"{self.public_endpoint} answered with an HTML page, not a Chat Completions "
                 "stream; check --base-url (OpenAI-compatible servers usually end in /v1)"
             )
-        state = _StreamState()
-        payloads = self._sse_payloads(response)
-        async for payload in payloads:
-            if payload.strip() == "[DONE]":
-                state.done = True
-                break
-            for part in state.feed(self._decode(payload), self.public_endpoint):
+        state, lines = _StreamState(), _SSELines()
+        plain = "content-encoding" not in response.headers  # nothing to decode: a layer less
+        pieces = response.aiter_raw() if plain else response.aiter_bytes()
+        async for piece in pieces:
+            for part in self._parts(state, lines.split(piece)):
                 yield part
+            if state.done:
+                break
         if state.done:
-            await _finish_reading(payloads)
+            await _finish_reading(pieces)
+        else:  # a last line without its line break still counts
+            for part in self._parts(state, lines.split(b"\n")):
+                yield part
         if not state.done and state.finish_reason is None:
             raise ModelError(
                 f"the stream from {self.public_endpoint} ended before the model finished "
@@ -249,34 +254,46 @@ class OpenAIChatModel:
         for part in state.final_parts():
             yield part
 
-    async def _sse_payloads(self, response: httpx.Response) -> AsyncIterator[str]:
-        # Each ``data:`` line is one payload. The SSE standard would join
-        # consecutive data lines, but Chat Completions servers never split a
-        # chunk over lines, and some omit the blank separator line entirely.
-        async for line in response.aiter_lines():
-            if not line or line.startswith(":"):
-                continue  # event separator or keep-alive comment
-            name, _, value = line.partition(":")
-            if name not in _SSE_FIELDS:
-                raise ModelError(
-                    f"{self.public_endpoint} sent a malformed stream: expected Server-Sent "
-                    f"Events 'data:' lines, got {self._redact(line[:200])!r}"
-                )
-            if name == "data":
-                yield value.removeprefix(" ")
+    def _parts(self, state: _StreamState, lines: list[bytes]) -> Iterator[ModelPart]:
+        """The parts the SSE ``lines`` carry; a ``[DONE]`` payload ends the stream.
 
-    def _decode(self, payload: str) -> dict[str, Any]:
+        Each ``data:`` line is one payload. The SSE standard would join
+        consecutive data lines, but Chat Completions servers never split a
+        chunk over lines, and some omit the blank separator line entirely.
+        """
+        for line in lines:
+            if line.startswith(b"data:"):
+                payload = line[6:] if line[5:6] == b" " else line[5:]
+            elif not line or line.startswith(b":"):
+                continue  # event separator or keep-alive comment
+            else:
+                name, _, payload = line.partition(b":")
+                if name not in _SSE_FIELDS:
+                    text = line[:200].decode("utf-8", "replace")
+                    raise ModelError(
+                        f"{self.public_endpoint} sent a malformed stream: expected Server-Sent "
+                        f"Events 'data:' lines, got {self._redact(text)!r}"
+                    )
+                if name != b"data":
+                    continue
+            if payload.strip() == b"[DONE]":
+                state.done = True
+                return
+            yield from state.feed(self._decode(payload), self.public_endpoint)
+
+    def _decode(self, payload: bytes) -> dict[str, Any]:
         try:
-            chunk = json.loads(payload)
+            try:
+                chunk = json.loads(payload)
+            except UnicodeDecodeError:  # a stray byte reads as U+FFFD, as in text
+                chunk = json.loads(payload.decode("utf-8", "replace"))
+            problem = "" if isinstance(chunk, dict) else "expected a JSON object"
         except json.JSONDecodeError as exc:
+            problem = f"not JSON: {exc.msg}"
+        if problem:
+            shown = self._redact(payload[:200].decode("utf-8", "replace"))
             raise ModelError(
-                f"{self.public_endpoint} sent a malformed stream chunk (not JSON: {exc.msg}): "
-                f"{self._redact(payload[:200])!r}"
-            ) from None
-        if not isinstance(chunk, dict):
-            raise ModelError(
-                f"{self.public_endpoint} sent a malformed stream chunk (expected a JSON "
-                f"object): {self._redact(payload[:200])!r}"
+                f"{self.public_endpoint} sent a malformed stream chunk ({problem}): {shown!r}"
             )
         return chunk
 
@@ -341,7 +358,7 @@ class OpenAIChatModel:
         return text
 
 
-async def _finish_reading(rest: AsyncIterator[str]) -> None:
+async def _finish_reading(rest: AsyncIterator[bytes]) -> None:
     """Read what follows [DONE] so the connection can go back to the pool.
 
     A response left unread has to be closed, which costs a new connection
@@ -352,6 +369,29 @@ async def _finish_reading(rest: AsyncIterator[str]) -> None:
         async with asyncio.timeout(_DRAIN_SECONDS):
             async for _ in rest:
                 continue  # anything after [DONE] carries no meaning
+
+
+class _SSELines:
+    """A byte stream's lines (CR, LF or CRLF), piece by piece: on bytes, since
+    httpx's ``aiter_lines`` decodes and re-splits every piece (once per token)
+    in three more generator layers, and `json.loads` reads UTF-8 bytes as they
+    are. A CRLF split between pieces yields an extra empty line, which SSE ignores."""
+
+    def __init__(self) -> None:
+        self._partial: list[bytes] = []  # a line still waiting for its end
+
+    def split(self, piece: bytes) -> list[bytes]:
+        if b"\n" not in piece and b"\r" not in piece:
+            self._partial.append(piece)
+            return []
+        if self._partial:
+            self._partial.append(piece)
+            piece = b"".join(self._partial)
+            self._partial.clear()
+        lines = piece.splitlines()
+        if not piece.endswith((b"\n", b"\r")):
+            self._partial.append(lines.pop())
+        return lines
 
 
 @dataclass
@@ -373,6 +413,21 @@ class _StreamState:
 
     def feed(self, chunk: dict[str, Any], endpoint: str) -> list[ModelPart]:
         """Absorb one chunk; returns the text and reasoning parts to stream now."""
+        # Nearly every chunk is one choice whose delta is a piece of text: take it
+        # without the general walk below (this runs once per token).
+        choices = chunk.get("choices")
+        if type(choices) is list and len(choices) == 1 and chunk.get("usage") is None:
+            choice = choices[0]
+            delta = choice.get("delta") if type(choice) is dict else None
+            if (
+                type(delta) is dict
+                and delta.keys() <= _PLAIN_DELTA
+                and not choice.get("finish_reason")
+                and not chunk.get("error")
+            ):
+                content = delta.get("content")
+                if type(content) is str:
+                    return [TextPart(content)] if content else []
         if chunk.get("error"):
             message = _error_text(chunk["error"])
             raise ModelError(f"{endpoint} reported an error mid-stream: {message}")

@@ -1,0 +1,114 @@
+"""Reading the Chat Completions stream: lines split anywhere, the fast path for text.
+
+The adapter splits the byte stream into lines itself and takes plain text
+deltas on a fast path; these pin that both read exactly what the general
+reading did, however a server cuts its stream into pieces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from chat_server import ChatServer, Reply, chunk, sse, usage_chunk
+
+from webapp.models import OpenAIChatModel
+from webapp.models.openai_chat import _SSELines, _StreamState
+from webapp.runtime.model import (
+    FinishPart,
+    ModelPart,
+    ModelRequest,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    UsagePart,
+)
+from webapp.transcript import UserEntry
+from webapp.usage import Usage
+
+
+async def collect(model: OpenAIChatModel) -> list[ModelPart]:
+    request = ModelRequest("", [UserEntry("hi")])
+
+    async def run() -> list[ModelPart]:
+        return [part async for part in model.stream(request)]
+
+    return await asyncio.wait_for(run(), timeout=10)
+
+
+def data(delta: dict[str, object], finish_reason: str | None = None) -> str:
+    return chunk(delta, finish_reason).removesuffix("\n\n")
+
+
+async def test_lines_split_across_pieces_read_as_whole_lines(
+    chat_server: ChatServer, chat_model: OpenAIChatModel
+):
+    first, second = data({"content": "Hé"}), data({"content": "llo"})
+    body: list[str | float] = [
+        first[:20],  # a line cut in the middle ...
+        first[20:] + "\r",  # ... and a CRLF cut between its CR ...
+        "\n\r\n: keep-alive\r" + second + "\r\r",  # ... and its LF; CR alone ends lines too
+        data({}, "stop"),  # the last line, with no line break at all
+    ]
+    chat_server.script.append(Reply(body=body))
+    assert await collect(chat_model) == [TextPart("Hé"), TextPart("llo"), FinishPart("stop")]
+
+
+async def test_several_chunks_in_one_piece_and_usage_null_on_every_chunk(
+    chat_server: ChatServer, chat_model: OpenAIChatModel
+):
+    # OpenAI sends "usage": null on every chunk when usage is asked for.
+    def with_null_usage(delta: dict[str, object], finish: str | None = None) -> str:
+        payload = json.loads(data(delta, finish).removeprefix("data: "))
+        return sse({**payload, "usage": None})
+
+    together = "".join(with_null_usage({"content": c}) for c in ("a", "b", "c"))
+    body: list[str | float] = [
+        together,
+        with_null_usage({"content": "d"}, "stop"),  # text and the finish in one chunk
+        usage_chunk(3, 4),
+        sse("[DONE]"),
+    ]
+    chat_server.script.append(Reply(body=body))
+    assert await collect(chat_model) == [
+        TextPart("a"),
+        TextPart("b"),
+        TextPart("c"),
+        TextPart("d"),
+        UsagePart(Usage(3, 4)),
+        FinishPart("stop"),
+    ]
+
+
+def test_the_fast_path_reads_what_the_general_reading_reads():
+    cases: list[tuple[dict[str, object], list[ModelPart]]] = [
+        ({"choices": [{"delta": {"content": "x"}}]}, [TextPart("x")]),
+        ({"choices": [{"delta": {"role": "assistant", "content": ""}}]}, []),
+        ({"choices": [{"delta": {"role": "assistant", "content": None}}]}, []),
+        (
+            {"choices": [{"delta": {"content": "x", "reasoning_content": "r"}}]},
+            [
+                ReasoningPart("r"),
+                TextPart("x"),
+            ],
+        ),
+        ({"choices": [{"delta": {"content": "x"}, "finish_reason": "length"}]}, [TextPart("x")]),
+        ({"choices": [{"delta": {"content": 5}}]}, []),
+    ]
+    for chunk_, parts in cases:
+        state = _StreamState()
+        assert state.feed(chunk_, "endpoint") == parts, chunk_
+    state = _StreamState()
+    state.feed({"choices": [{"delta": {"content": "x"}, "finish_reason": "length"}]}, "e")
+    assert state.finish_reason == "length"
+    call = {"index": 0, "id": "c1", "function": {"name": "f", "arguments": "{}"}}
+    state.feed({"choices": [{"delta": {"content": "", "tool_calls": [call]}}]}, "e")
+    assert state.final_parts()[0] == ToolCallPart("c1", "f", "{}")
+
+
+def test_a_character_split_between_pieces_is_whole_in_its_line():
+    lines = _SSELines()
+    encoded = 'data: {"x": "é€😀"}\n'.encode()
+    pieces = [encoded[:10], encoded[10:11], encoded[11:17], encoded[17:]]
+    assert [line for piece in pieces for line in lines.split(piece)] == [encoded.rstrip(b"\n")]
+    assert json.loads(encoded[6:]) == {"x": "é€😀"}
