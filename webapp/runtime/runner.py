@@ -23,7 +23,7 @@ import inspect
 import logging
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Union
@@ -145,7 +145,8 @@ class RunHandle:
 
     def __init__(self, run: _Run) -> None:
         self.run_id = run.run_id
-        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._due: deque[Event] = deque()  # not an asyncio.Queue: cheaper, once per token
+        self._arrived: asyncio.Future[None] | None = None  # the one iterator waiting
         self._finished = False
         self._cancel_requested = False
         self._run = run
@@ -156,7 +157,9 @@ class RunHandle:
     def _emit(self, event: Event) -> None:
         if isinstance(event, TERMINAL_EVENTS):
             self._run.terminal_sent = True
-        self._queue.put_nowait(event)
+        self._due.append(event)
+        if self._arrived is not None and not self._arrived.done():
+            self._arrived.set_result(None)
 
     def _ensure_terminal(self, task: asyncio.Task[RunResult]) -> None:
         # A task cancelled before its first step never runs its own handlers.
@@ -172,7 +175,10 @@ class RunHandle:
 
     async def _events(self) -> AsyncIterator[Event]:
         while not self._finished:
-            event = await self._queue.get()
+            while not self._due:
+                self._arrived = asyncio.get_running_loop().create_future()
+                await self._arrived
+            event = self._due.popleft()
             if isinstance(event, TERMINAL_EVENTS):
                 self._finished = True
             yield event
