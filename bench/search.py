@@ -27,6 +27,7 @@ if str(ROOT) not in sys.path:
 
 from webapp.web.chat_store import ChatStore
 
+
 def _word(n: int) -> str:
     letters = "etaoinshrdlucmfwypvbgkqjxz"
     out = ""
