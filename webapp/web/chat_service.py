@@ -397,10 +397,12 @@ class ChatService:
         chat = await self.store.get(chat_id)
         if chat is None:
             return ChatNotFound()
-        conversation = await self.conversation(chat, limit=None)
-        for item in conversation.items if conversation is not None else []:
-            if isinstance(item, ReplyView) and item.run_id == run_id:
-                return ShownReply(chat, item, None)
+        # Nearly always a recent reply: the latest page first, the whole chat if need be.
+        for limit in (PAGE_RUNS, None):
+            conversation = await self.conversation(chat, limit=limit)
+            for item in conversation.items if conversation is not None else []:
+                if isinstance(item, ReplyView) and item.run_id == run_id:
+                    return ShownReply(chat, item, None)
         return RunNotFound(chat)
 
     async def rename(self, chat_id: str, title: str) -> RenameOutcome:
