@@ -269,17 +269,17 @@ class ChatStore(SQLiteBacked):
         now = time.time()
 
         async def begin(db: aiosqlite.Connection) -> None:
-            tree = await chat_tree.load_tree(db, chat_id)
             if new.kind == "send":
-                path = tree.path()
-                parent = path[-1].run_id if path else None
-                await chat_tree.add_node(db, chat_id, tree, new.run_id, parent, new.run_id)
+                parent = await chat_tree.path_end(db, chat_id)
+                await chat_tree.add_node(db, chat_id, new.run_id, parent, new.run_id)
             elif new.kind in ("edit", "regenerate") and new.target is not None:
-                node = tree.nodes[new.target]
+                node = await chat_tree.find(db, chat_id, new.target)
+                if node is None:
+                    raise LookupError(f"run {new.target!r} is not in chat {chat_id!r}'s tree")
                 archived = await chat_tree.archive_from(db, chat_id, new.target)
                 await _delete_checkpoints(db, archived)
                 message = new.run_id if new.kind == "edit" else node.message_id
-                await chat_tree.add_node(db, chat_id, tree, new.run_id, node.parent_run_id, message)
+                await chat_tree.add_node(db, chat_id, new.run_id, node.parent_run_id, message)
             if new.client_id is not None:
                 await db.execute(
                     "INSERT INTO sends (chat_id, client_id, run_id, created_at) VALUES (?, ?, ?, ?)",
@@ -356,7 +356,7 @@ class ChatStore(SQLiteBacked):
             shown = tree.chosen(parent)
             if shown is not None:
                 await chat_tree.archive_from(db, chat_id, shown.run_id)
-            await chat_tree.select(db, chat_id, tree, run_id)
+            await chat_tree.select(db, chat_id, run_id)
             tree = await chat_tree.load_tree(db, chat_id)
             await chat_tree.restore(db, chat_id, [n.run_id for n in tree.path(parent)])
             await db.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (time.time(), chat_id))
@@ -379,12 +379,10 @@ class ChatStore(SQLiteBacked):
                 segments.append(segment)
                 if segment.run_id == upto_run_id:
                     break
-            tree = Tree([])
             parent: str | None = None
-            for segment in segments:
+            for number, segment in enumerate(segments, 1):
                 run_id = uuid.uuid4().hex
-                await chat_tree.add_node(db, chat.id, tree, run_id, parent, run_id)
-                tree = await chat_tree.load_tree(db, chat.id)
+                await chat_tree.add_node(db, chat.id, run_id, parent, run_id, (number, number))
                 moved = StoredSegment(
                     run_id, segment.entry_count, segment.entries_json, segment.meta_json
                 )

@@ -139,12 +139,6 @@ class Tree:
             replies[node.run_id] = _versions(runs, runs.index(node.run_id))
         return PathVersions(messages, replies)
 
-    def last_seq(self) -> int:
-        return max((n.seq for n in self.nodes.values()), default=0)
-
-    def last_selected(self) -> int:
-        return max((n.selected for n in self.nodes.values()), default=0)
-
 
 def _versions(run_ids: list[str], at: int) -> Versions:
     return Versions(
@@ -206,19 +200,59 @@ async def load_around(db: aiosqlite.Connection, chat_id: str, run_ids: list[str]
     return Tree(Node(str(r[0]), r[1], str(r[2]), int(r[3]), int(r[4])) for r in rows)
 
 
+async def numbers(db: aiosqlite.Connection, chat_id: str) -> tuple[int, int]:
+    """The next node's creation number and selection stamp (one indexed aggregate)."""
+    rows = list(
+        await db.execute_fetchall(
+            "SELECT COALESCE(MAX(seq), 0) + 1, COALESCE(MAX(selected), 0) + 1 FROM chat_runs "
+            "WHERE chat_id = ?",
+            (chat_id,),
+        )
+    )
+    return int(rows[0][0]), int(rows[0][1])
+
+
+async def find(db: aiosqlite.Connection, chat_id: str, run_id: str) -> Node | None:
+    rows = list(
+        await db.execute_fetchall(
+            "SELECT run_id, parent_run_id, message_id, seq, selected FROM chat_runs "
+            "WHERE chat_id = ? AND run_id = ?",
+            (chat_id, run_id),
+        )
+    )
+    return (
+        Node(str(rows[0][0]), rows[0][1], str(rows[0][2]), int(rows[0][3]), int(rows[0][4]))
+        if rows
+        else None
+    )
+
+
+async def path_end(db: aiosqlite.Connection, chat_id: str) -> str | None:
+    """The last run of the shown path while no run is active: the session's last."""
+    rows = list(
+        await db.execute_fetchall(
+            "SELECT run_id FROM session_segments WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
+            (chat_id,),
+        )
+    )
+    return str(rows[0][0]) if rows else None
+
+
 async def add_node(
     db: aiosqlite.Connection,
     chat_id: str,
-    tree: Tree,
     run_id: str,
     parent_run_id: str | None,
     message_id: str,
+    at: tuple[int, int] | None = None,
 ) -> None:
-    """A new run, selected (a new version is shown when it is made)."""
+    """A new run, selected (a new version is shown when it is made); ``at`` gives its
+    (seq, selected) when the caller numbers several itself."""
+    seq, selected = at if at is not None else await numbers(db, chat_id)
     await db.execute(
         "INSERT INTO chat_runs (run_id, chat_id, parent_run_id, message_id, seq, selected) "
         "VALUES (?, ?, ?, ?, ?, ?)",
-        (run_id, chat_id, parent_run_id, message_id, tree.last_seq() + 1, tree.last_selected() + 1),
+        (run_id, chat_id, parent_run_id, message_id, seq, selected),
     )
 
 
@@ -253,23 +287,23 @@ async def restore(db: aiosqlite.Connection, chat_id: str, run_ids: list[str]) ->
     )
 
 
-async def select(db: aiosqlite.Connection, chat_id: str, tree: Tree, run_id: str) -> None:
+async def select(db: aiosqlite.Connection, chat_id: str, run_id: str) -> None:
+    _, selected = await numbers(db, chat_id)
     await db.execute(
         "UPDATE chat_runs SET selected = ? WHERE chat_id = ? AND run_id = ?",
-        (tree.last_selected() + 1, chat_id, run_id),
+        (selected, chat_id, run_id),
     )
 
 
-async def backfill(db: aiosqlite.Connection, chat_id: str, active_run_id: str | None) -> Tree:
+async def backfill(db: aiosqlite.Connection, chat_id: str, active_run_id: str | None) -> None:
     """Nodes for a chat stored before versions existed: its session is one path."""
-    tree = await load_tree(db, chat_id)
+    known = {n for n in (await load_tree(db, chat_id)).nodes}
+    seq, selected = await numbers(db, chat_id)
     parent: str | None = None
-    for segment in await stored_segments(db, chat_id):
-        if segment.run_id not in tree.nodes:
-            await add_node(db, chat_id, tree, segment.run_id, parent, segment.run_id)
-            tree = await load_tree(db, chat_id)
-        parent = segment.run_id
-    if active_run_id is not None and active_run_id not in tree.nodes:
-        await add_node(db, chat_id, tree, active_run_id, parent, active_run_id)
-        tree = await load_tree(db, chat_id)
-    return tree
+    runs = [s.run_id for s in await stored_segments(db, chat_id)]
+    for run_id in [*runs, *([active_run_id] if active_run_id is not None else [])]:
+        if run_id not in known:
+            await add_node(db, chat_id, run_id, parent, run_id, (seq, selected))
+            known.add(run_id)
+            seq, selected = seq + 1, selected + 1
+        parent = run_id
