@@ -23,15 +23,13 @@ import inspect
 import logging
 import time
 import uuid
-from collections import Counter, deque
-from collections.abc import AsyncIterator, Sequence
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from webapp.errors import UserError
 from webapp.events import (
-    TERMINAL_EVENTS,
-    Event,
     HandoffOccurred,
     ReasoningDelta,
     RunCancelled,
@@ -55,6 +53,7 @@ from webapp.runtime.model import (
 )
 from webapp.runtime.options import CheckpointOptions
 from webapp.runtime.result import RunResult
+from webapp.runtime.run_handle import RunHandle
 from webapp.runtime.tool import RunContext, Tool
 from webapp.stores.checkpoint import RunHead, RunSnapshot
 from webapp.stores.session import Session
@@ -134,68 +133,6 @@ class Runner:
         """Start the run as a task now; iterate the handle for its events."""
         run = _Run(agent, input, session, session_id, checkpoint, context, max_turns)
         return RunHandle(run)
-
-
-class RunHandle:
-    """A run in progress: an async iterator of events, ``result()`` and ``cancel()``.
-
-    Iterating never raises: a failure arrives as `RunFailed`, a cancel as
-    `RunCancelled`, each exactly once and last.
-    """
-
-    def __init__(self, run: _Run) -> None:
-        self.run_id = run.run_id
-        self._due: deque[Event] = deque()  # not an asyncio.Queue: cheaper, once per token
-        self._arrived: asyncio.Future[None] | None = None  # the one iterator waiting
-        self._finished = False
-        self._cancel_requested = False
-        self._run = run
-        run.emit = self._emit
-        self._task = asyncio.get_running_loop().create_task(run.execute(), name=f"run-{run.run_id}")
-        self._task.add_done_callback(self._ensure_terminal)
-
-    def _emit(self, event: Event) -> None:
-        if isinstance(event, TERMINAL_EVENTS):
-            self._run.terminal_sent = True
-        self._due.append(event)
-        if self._arrived is not None and not self._arrived.done():
-            self._arrived.set_result(None)
-
-    def _ensure_terminal(self, task: asyncio.Task[RunResult]) -> None:
-        # A task cancelled before its first step never runs its own handlers.
-        if self._run.terminal_sent:
-            return
-        if task.cancelled():
-            self._emit(RunCancelled([]))
-        elif task.exception() is not None:
-            self._emit(RunFailed(task.exception(), []))  # type: ignore[arg-type]
-
-    def __aiter__(self) -> AsyncIterator[Event]:
-        return self._events()
-
-    async def _events(self) -> AsyncIterator[Event]:
-        while not self._finished:
-            while not self._due:
-                self._arrived = asyncio.get_running_loop().create_future()
-                await self._arrived
-            event = self._due.popleft()
-            if isinstance(event, TERMINAL_EVENTS):
-                self._finished = True
-            yield event
-
-    def cancel(self) -> None:
-        """Stop the run: interrupts the model stream or the running tool at once."""
-        if not self._cancel_requested and not self._task.done():
-            self._cancel_requested = True
-            self._task.cancel()
-
-    @property
-    def done(self) -> bool:
-        return self._task.done()
-
-    async def result(self) -> RunResult:
-        """The result; raises the run's exception, or CancelledError after a cancel."""
-        return await asyncio.shield(self._task)
 
 
 @dataclass
