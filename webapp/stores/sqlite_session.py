@@ -293,13 +293,11 @@ async def _trim_decoding_every_row(
     return total
 
 
-# --- whole segments inside another store's transaction ------------------------------
+# --- whole segments, as stored ----------------------------------------------------
 #
 # The chat app keeps every version of a reply: what a rewind takes off the
-# session is archived, and switching versions puts archived segments back.
-# The archive and the session must change in ONE transaction (a crash between
-# the two would lose a version or show one twice), so these work on the
-# connection of whichever store owns that transaction, on segments as stored.
+# session is archived, and switching versions puts archived segments back, in
+# one transaction of its own (webapp.web.session_rows), in either dialect.
 
 
 @dataclass(frozen=True)
@@ -317,55 +315,6 @@ class StoredSegment:
 
     def decode(self, session_id: str) -> Segment:
         return _segment(session_id, 0, self.run_id, self.entries_json, self.meta_json)
-
-
-async def cut_segments(
-    db: aiosqlite.Connection, session_id: str, from_run_id: str
-) -> list[StoredSegment]:
-    """Remove segment ``from_run_id`` and every later one; returns them in order
-    (none if the session has no such segment). A rewind to that segment's start."""
-    rows = list(
-        await db.execute_fetchall(
-            "SELECT seq, run_id, entry_count, entries_json, meta_json FROM session_segments "
-            "WHERE session_id = ? AND seq >= (SELECT seq FROM session_segments "
-            "WHERE session_id = ? AND run_id = ?) ORDER BY seq",
-            (session_id, session_id, from_run_id),
-        )
-    )
-    if rows:
-        await db.execute(
-            "DELETE FROM session_segments WHERE session_id = ? AND seq >= ?",
-            (session_id, rows[0][0]),
-        )
-    return [StoredSegment(str(r[1]), int(r[2]), str(r[3]), r[4]) for r in rows]
-
-
-async def append_segments(
-    db: aiosqlite.Connection, session_id: str, segments: Iterable[StoredSegment]
-) -> None:
-    """Append stored segments at the end, as `SQLiteSession.append` would."""
-    await db.executemany(
-        _APPEND,
-        [
-            {
-                "sid": session_id,
-                "rid": s.run_id,
-                "count": s.entry_count,
-                "entries": s.entries_json,
-                "meta": s.meta_json,
-            }
-            for s in segments
-        ],
-    )
-
-
-async def stored_segments(db: aiosqlite.Connection, session_id: str) -> list[StoredSegment]:
-    rows = await db.execute_fetchall(
-        "SELECT run_id, entry_count, entries_json, meta_json FROM session_segments "
-        "WHERE session_id = ? ORDER BY seq",
-        (session_id,),
-    )
-    return [StoredSegment(str(r[0]), int(r[1]), str(r[2]), r[3]) for r in rows]
 
 
 # --- encoding -----------------------------------------------------------------------

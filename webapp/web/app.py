@@ -184,7 +184,7 @@ def _build_state(
 
     session = SQLiteSession(db_path, wal=True)
     checkpointer = SQLiteCheckpointer(db_path, wal=True)
-    store = ChatStore(db_path, wal=True)
+    store = ChatStore(db_path)
     fragments = Fragments(templates)
     runs = RunManager(
         agent=agent,

@@ -20,9 +20,7 @@ import uuid
 from dataclasses import dataclass, fields
 from typing import Any
 
-import aiosqlite
-
-from webapp.stores.sqlite_session import StoredSegment, append_segments
+from webapp.stores.sqlite_session import StoredSegment
 from webapp.transcript import (
     AssistantEntry,
     Entry,
@@ -33,7 +31,9 @@ from webapp.transcript import (
     entry_from_dict,
     entry_to_dict,
 )
+from webapp.web.chat_db import Tx
 from webapp.web.chat_tree import Node, Tree, load_tree
+from webapp.web.session_rows import append_segments
 
 FORMAT_VERSION = 1
 MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -66,29 +66,27 @@ class ChatFile:
 # --- reading a chat out of the store --------------------------------------------------
 
 
-async def read_chat(db: aiosqlite.Connection, chat_id: str) -> ChatFile | None:
+async def read_chat(tx: Tx, chat_id: str) -> ChatFile | None:
     """Everything an export needs, read in one transaction (finished runs only)."""
     rows = list(
-        await db.execute_fetchall(
-            "SELECT title, created_at, updated_at FROM chats WHERE id = ?", (chat_id,)
-        )
+        await tx.fetch("SELECT title, created_at, updated_at FROM chats WHERE id = ?", (chat_id,))
     )
     if not rows:
         return None
     title, created_at, updated_at = rows[0]
     stored: dict[str, tuple[str, str | None]] = {}
-    for run_id, entries_json, meta_json in await db.execute_fetchall(
+    for run_id, entries_json, meta_json in await tx.fetch(
         "SELECT run_id, entries_json, meta_json FROM session_segments WHERE session_id = ?",
         (chat_id,),
     ):
         stored[str(run_id)] = (str(entries_json), meta_json)
-    for run_id, entries_json, meta_json in await db.execute_fetchall(
+    for run_id, entries_json, meta_json in await tx.fetch(
         "SELECT run_id, entries_json, meta_json FROM chat_runs "
         "WHERE chat_id = ? AND entries_json IS NOT NULL",
         (chat_id,),
     ):
         stored[str(run_id)] = (str(entries_json), meta_json)
-    tree = await load_tree(db, chat_id)
+    tree = await load_tree(tx, chat_id)
     ranks = {
         n.run_id: i for i, n in enumerate(sorted(tree.nodes.values(), key=lambda n: n.selected), 1)
     }
@@ -293,10 +291,10 @@ def _time(value: object, default: float) -> float:
     )
 
 
-async def store_import(db: aiosqlite.Connection, chat: ChatFile) -> str:
+async def store_import(tx: Tx, chat: ChatFile) -> str:
     """Write a validated chat file as a new chat (fresh ids); returns its id."""
     chat_id = uuid.uuid4().hex
-    await db.execute(
+    await tx.execute(
         "INSERT INTO chats (id, title, created_at, updated_at) VALUES (?, ?, ?, ?)",
         (chat_id, chat.title, chat.created_at, time.time()),
     )
@@ -306,7 +304,7 @@ async def store_import(db: aiosqlite.Connection, chat: ChatFile) -> str:
     for seq, run in enumerate(chat.runs, 1):
         stored = StoredSegment.encode(new_ids[run.run_id], run.entries, run.meta)
         archived = run.run_id not in shown
-        await db.execute(
+        await tx.execute(
             "INSERT INTO chat_runs (run_id, chat_id, parent_run_id, message_id, seq, selected, "
             "entry_count, entries_json, meta_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
@@ -323,7 +321,7 @@ async def store_import(db: aiosqlite.Connection, chat: ChatFile) -> str:
         )
     by_id = {r.run_id: r for r in chat.runs}
     await append_segments(
-        db,
+        tx,
         chat_id,
         [
             StoredSegment.encode(new_ids[n.run_id], by_id[n.run_id].entries, by_id[n.run_id].meta)

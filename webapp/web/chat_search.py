@@ -18,8 +18,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import aiosqlite
 from markupsafe import Markup, escape
+
+from webapp.web.chat_db import Tx
 
 # Which text of an entry is searchable: messages, replies, reasoning, tool results.
 _BODY = (
@@ -155,7 +156,7 @@ def fts_query(text: str) -> str | None:
     return " ".join(quoted)
 
 
-async def search(db: aiosqlite.Connection, text: str) -> list[SearchHit]:
+async def search(tx: Tx, text: str) -> list[SearchHit]:
     """Chats whose title or any message (any version) matches, most recently active first."""
     query = fts_query(text)
     if query is None:
@@ -163,7 +164,7 @@ async def search(db: aiosqlite.Connection, text: str) -> list[SearchHit]:
     # One pass over the matches finds the chats, newest first, each with its latest
     # matching document; only those few documents pay for an excerpt.
     chats = list(
-        await db.execute_fetchall(
+        await tx.fetch(
             """
             SELECT c.id, c.title, c.updated_at, found.doc FROM chats c JOIN (
                 SELECT d.chat_id, MAX(d.id) AS doc FROM search_docs d
@@ -179,7 +180,7 @@ async def search(db: aiosqlite.Connection, text: str) -> list[SearchHit]:
     if not chats:
         return []
     marks = ",".join("?" * len(chats))
-    rows = await db.execute_fetchall(
+    rows = await tx.fetch(
         f"SELECT rowid, snippet(chat_search, 0, '{_OPEN}', '{_CLOSE}', '…', 16) "
         f"FROM chat_search WHERE chat_search MATCH ? AND rowid IN ({marks})",
         (query, *(c[3] for c in chats)),

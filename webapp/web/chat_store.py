@@ -24,24 +24,17 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
-import aiosqlite
-
-from webapp.stores import sqlite_checkpoint, sqlite_session
 from webapp.stores.session import Segment
-from webapp.stores.sqlite import SQLiteBacked
-from webapp.stores.sqlite_session import (
-    StoredSegment,
-    append_segments,
-    cut_segments,
-    stored_segments,
-)
+from webapp.stores.sqlite_session import StoredSegment
 from webapp.transcript import Entry
-from webapp.web import chat_export, chat_search, chat_tree
+from webapp.web import chat_export, chat_search, chat_search_pg, chat_tree
+from webapp.web.chat_db import POSTGRES_STORES, SQLITE_STORES, Tx, open_chat_db
 from webapp.web.chat_export import ChatFile
 from webapp.web.chat_search import SearchHit
 from webapp.web.chat_tree import Tree
+from webapp.web.session_rows import append_segments, cut_segments, stored_segments
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chats (
@@ -64,15 +57,16 @@ CREATE TABLE IF NOT EXISTS sends (
 CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);
 """
 
-# The other stores' tables in the same file (webapp.stores.sqlite_session and
-# sqlite_checkpoint): a chat's delete, its versions and the start-up sweep
-# reach them here.
-_OTHER_STORES = sqlite_session.SCHEMA_SQL + sqlite_checkpoint.SCHEMA_SQL
 _CHECKPOINT_TABLES = ("checkpoint_heads", "checkpoint_entries")
 
 _COLUMNS = (
     "id, title, created_at, updated_at, active_run_id, stop_requested_run_id, continues_run_id"
 )
+
+
+class ChatBusyError(RuntimeError):
+    """A run is already active in the chat: the database refused to start another."""
+
 
 NewRunKind = Literal["send", "edit", "regenerate", "continue"]
 
@@ -122,33 +116,64 @@ def _chat(row: Any) -> Chat:
     return Chat(str(row[0]), str(row[1]), float(row[2]), float(row[3]), row[4], row[5], row[6])
 
 
-class ChatStore(SQLiteBacked):
-    """Chat metadata in the shared SQLite file (one connection, group commit)."""
+class ChatStore:
+    """The chat tables, in the app's SQLite file or its PostgreSQL database.
+
+    ``location`` is the SQLite file (WAL: it is shared with the session and
+    checkpoint stores) or a ``postgresql://`` URL. Either way the session's and
+    the checkpoints' tables are in the same database, and the transactions here
+    span them (the search index's triggers watch them too).
+    """
 
     SCHEMA_NAME = "webapp_chats"
     SCHEMA_VERSION = 5
-    # Its transactions span the session's and checkpoints' tables (the same
-    # statements their stores run), and the search index's triggers watch them.
-    SCHEMA_SQL = _OTHER_STORES + _SCHEMA + chat_tree.SCHEMA + chat_search.SCHEMA
+    SCHEMA_SQL = SQLITE_STORES + _SCHEMA + chat_tree.SCHEMA + chat_search.SCHEMA
     MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: "CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);",
         # Versions: the tree's table; chats stored before it are backfilled at start-up.
         2: "ALTER TABLE chats ADD COLUMN continues_run_id TEXT;\n" + chat_tree.SCHEMA,
         # Search: the index and its triggers, filled from what is stored.
-        3: _OTHER_STORES + chat_search.SCHEMA + chat_search.REBUILD,
+        3: SQLITE_STORES + chat_search.SCHEMA + chat_search.REBUILD,
         # Pages of long chats read their switchers' runs by parent.
         4: "CREATE INDEX IF NOT EXISTS chat_runs_by_parent ON chat_runs (chat_id, parent_run_id);",
     }
+    # PostgreSQL started with everything above (its own numbering).
+    POSTGRES_SCHEMA_VERSION = 1
+    POSTGRES_SCHEMA_SQL = (
+        POSTGRES_STORES
+        + _SCHEMA.replace(" REAL ", " DOUBLE PRECISION ")
+        + chat_tree.SCHEMA
+        + chat_search_pg.SCHEMA
+    )
 
-    def __init__(self, path: str | os.PathLike[str], *, wal: bool = True) -> None:
-        super().__init__(path, wal=wal)  # WAL by default: it shares the file with the stores
+    def __init__(self, location: str | os.PathLike[str]) -> None:
+        self._store = open_chat_db(
+            location,
+            sqlite_schema=(self.SCHEMA_NAME, self.SCHEMA_VERSION, self.SCHEMA_SQL, self.MIGRATIONS),
+            postgres_schema=(
+                self.SCHEMA_NAME,
+                self.POSTGRES_SCHEMA_VERSION,
+                self.POSTGRES_SCHEMA_SQL,
+                {},
+            ),
+        )
+        self.dialect = self._store.dialect
+
+    async def close(self) -> None:
+        await self._store.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
     async def create(self, title: str = "") -> Chat:
         now = time.time()
         chat = Chat(uuid.uuid4().hex, title, now, now)
 
-        async def insert(db: aiosqlite.Connection) -> None:
-            await db.execute(
+        async def insert(tx: Tx) -> None:
+            await tx.execute(
                 "INSERT INTO chats (id, title, created_at, updated_at) VALUES (?, ?, ?, ?)",
                 (chat.id, chat.title, chat.created_at, chat.updated_at),
             )
@@ -157,10 +182,8 @@ class ChatStore(SQLiteBacked):
         return chat
 
     async def get(self, chat_id: str) -> Chat | None:
-        async def select(db: aiosqlite.Connection) -> Chat | None:
-            rows = list(
-                await db.execute_fetchall(f"SELECT {_COLUMNS} FROM chats WHERE id = ?", (chat_id,))
-            )
+        async def select(tx: Tx) -> Chat | None:
+            rows = list(await tx.fetch(f"SELECT {_COLUMNS} FROM chats WHERE id = ?", (chat_id,)))
             return _chat(rows[0]) if rows else None
 
         return await self._store.read(select)
@@ -168,8 +191,8 @@ class ChatStore(SQLiteBacked):
     async def recent(self, limit: int = 200) -> list[Chat]:
         """Most recently updated first."""
 
-        async def select(db: aiosqlite.Connection) -> list[Chat]:
-            rows = await db.execute_fetchall(
+        async def select(tx: Tx) -> list[Chat]:
+            rows = await tx.fetch(
                 f"SELECT {_COLUMNS} FROM chats ORDER BY updated_at DESC, id LIMIT ?", (limit,)
             )
             return [_chat(r) for r in rows]
@@ -177,10 +200,8 @@ class ChatStore(SQLiteBacked):
         return await self._store.read(select)
 
     async def with_active_run(self) -> list[Chat]:
-        async def select(db: aiosqlite.Connection) -> list[Chat]:
-            rows = await db.execute_fetchall(
-                f"SELECT {_COLUMNS} FROM chats WHERE active_run_id IS NOT NULL"
-            )
+        async def select(tx: Tx) -> list[Chat]:
+            rows = await tx.fetch(f"SELECT {_COLUMNS} FROM chats WHERE active_run_id IS NOT NULL")
             return [_chat(r) for r in rows]
 
         return await self._store.read(select)
@@ -192,13 +213,12 @@ class ChatStore(SQLiteBacked):
         """Delete the chat, its sends, its session and the checkpoints of ``run_ids``,
         in one transaction."""
 
-        async def remove(db: aiosqlite.Connection) -> bool:
-            await db.execute("DELETE FROM session_segments WHERE session_id = ?", (chat_id,))
-            await _delete_checkpoints(db, run_ids)
-            await db.execute("DELETE FROM chat_runs WHERE chat_id = ?", (chat_id,))
-            await db.execute("DELETE FROM sends WHERE chat_id = ?", (chat_id,))
-            cursor = await db.execute("DELETE FROM chats WHERE id = ?", (chat_id,))
-            return cursor.rowcount > 0
+        async def remove(tx: Tx) -> bool:
+            await tx.execute("DELETE FROM session_segments WHERE session_id = ?", (chat_id,))
+            await _delete_checkpoints(tx, run_ids)
+            await tx.execute("DELETE FROM chat_runs WHERE chat_id = ?", (chat_id,))
+            await tx.execute("DELETE FROM sends WHERE chat_id = ?", (chat_id,))
+            return await tx.execute("DELETE FROM chats WHERE id = ?", (chat_id,)) > 0
 
         return await self._store.write(remove)
 
@@ -206,7 +226,7 @@ class ChatStore(SQLiteBacked):
         """Delete segments of chats that no longer exist and checkpoints no chat owes;
         returns how many rows went. Only safe before any run starts (at start-up)."""
 
-        async def remove(db: aiosqlite.Connection) -> int:
+        async def remove(tx: Tx) -> int:
             removed = 0
             for statement in (
                 "DELETE FROM chat_runs WHERE chat_id NOT IN (SELECT id FROM chats)",
@@ -217,28 +237,31 @@ class ChatStore(SQLiteBacked):
                     for table in _CHECKPOINT_TABLES
                 ),
             ):
-                cursor = await db.execute(statement)
-                removed += cursor.rowcount
+                removed += await tx.execute(statement)
             return removed
 
         return await self._store.write(remove)
 
     async def export(self, chat_id: str) -> ChatFile | None:
-        return await self._store.read(lambda db: chat_export.read_chat(db, chat_id))
+        return await self._store.read(lambda tx: chat_export.read_chat(tx, chat_id))
 
     async def import_chat(self, chat: ChatFile) -> str:
         """A validated chat file as a new chat, in one transaction; returns its id."""
-        return await self._store.write(lambda db: chat_export.store_import(db, chat))
+        return await self._store.write(lambda tx: chat_export.store_import(tx, chat))
 
     async def search(self, text: str) -> list[SearchHit]:
-        return await self._store.read(lambda db: chat_search.search(db, text))
+        return await self._store.read(
+            lambda tx: (chat_search_pg if self.dialect == "postgresql" else chat_search).search(
+                tx, text
+            )
+        )
 
     async def find_send(self, client_id: str) -> tuple[str, str] | None:
         """(chat_id, run_id) of the run a client message id started, in any chat."""
 
-        async def select(db: aiosqlite.Connection) -> tuple[str, str] | None:
+        async def select(tx: Tx) -> tuple[str, str] | None:
             rows = list(
-                await db.execute_fetchall(
+                await tx.fetch(
                     "SELECT chat_id, run_id FROM sends WHERE client_id = ? "
                     "ORDER BY created_at LIMIT 1",
                     (client_id,),
@@ -251,9 +274,9 @@ class ChatStore(SQLiteBacked):
     async def sent_run(self, chat_id: str, client_id: str) -> str | None:
         """The run a client message id already started, if any."""
 
-        async def select(db: aiosqlite.Connection) -> str | None:
+        async def select(tx: Tx) -> str | None:
             rows = list(
-                await db.execute_fetchall(
+                await tx.fetch(
                     "SELECT run_id FROM sends WHERE chat_id = ? AND client_id = ?",
                     (chat_id, client_id),
                 )
@@ -265,32 +288,33 @@ class ChatStore(SQLiteBacked):
     async def begin_run(self, chat_id: str, new: NewRun) -> None:
         """Record the run in flight in one transaction: its place in the tree (with the
         versions it replaces archived and their checkpoints gone), the client id that
-        asked, and the chat's active run."""
+        asked, and the chat's active run. Raises `ChatBusyError` (and writes nothing)
+        when the chat already has an active run: the database decides."""
         now = time.time()
 
-        async def begin(db: aiosqlite.Connection) -> None:
+        async def begin(tx: Tx) -> None:
             if new.kind == "send":
-                parent = await chat_tree.path_end(db, chat_id)
-                await chat_tree.add_node(db, chat_id, new.run_id, parent, new.run_id)
+                parent = await chat_tree.path_end(tx, chat_id)
+                await chat_tree.add_node(tx, chat_id, new.run_id, parent, new.run_id)
             elif new.kind in ("edit", "regenerate") and new.target is not None:
-                node = await chat_tree.find(db, chat_id, new.target)
+                node = await chat_tree.find(tx, chat_id, new.target)
                 if node is None:
                     raise LookupError(f"run {new.target!r} is not in chat {chat_id!r}'s tree")
-                archived = await chat_tree.archive_from(db, chat_id, new.target)
-                await _delete_checkpoints(db, archived)
+                archived = await chat_tree.archive_from(tx, chat_id, new.target)
+                await _delete_checkpoints(tx, archived)
                 message = new.run_id if new.kind == "edit" else node.message_id
-                await chat_tree.add_node(db, chat_id, new.run_id, node.parent_run_id, message)
+                await chat_tree.add_node(tx, chat_id, new.run_id, node.parent_run_id, message)
             if new.client_id is not None:
-                await db.execute(
+                await tx.execute(
                     "INSERT INTO sends (chat_id, client_id, run_id, created_at) VALUES (?, ?, ?, ?)",
                     (chat_id, new.client_id, new.run_id, now),
                 )
             title = new.rename or new.title
-            await db.execute(
+            started = await tx.execute(
                 "UPDATE chats SET active_run_id = ?, stop_requested_run_id = NULL, "
-                "continues_run_id = ?, updated_at = ?, "
-                "title = CASE WHEN ? IS NOT NULL AND (title = '' OR ?) THEN ? ELSE title END "
-                "WHERE id = ?",
+                "continues_run_id = ?, updated_at = ?, title = CASE WHEN "
+                "CAST(? AS TEXT) IS NOT NULL AND (title = '' OR ?) THEN ? ELSE title END "
+                "WHERE id = ? AND active_run_id IS NULL",
                 (
                     new.run_id,
                     new.target if new.kind == "continue" else None,
@@ -301,6 +325,8 @@ class ChatStore(SQLiteBacked):
                     chat_id,
                 ),
             )
+            if not started:  # another run began first (maybe in another process)
+                raise ChatBusyError(chat_id)
 
         await self._store.write(begin)
 
@@ -311,12 +337,12 @@ class ChatStore(SQLiteBacked):
         and the part of the tree they (and the runs ``also``) need; None when ``before``
         is not on the path. Reads one page, however long the chat."""
 
-        async def read(db: aiosqlite.Connection) -> Page | None:
+        async def read(tx: Tx) -> Page | None:
             bound = ""
             params: list[Any] = [chat_id]
             if before is not None:
                 found = list(
-                    await db.execute_fetchall(
+                    await tx.fetch(
                         "SELECT seq FROM session_segments WHERE session_id = ? AND run_id = ?",
                         (chat_id, before),
                     )
@@ -325,7 +351,7 @@ class ChatStore(SQLiteBacked):
                     return None
                 bound, params = " AND seq < ?", [chat_id, found[0][0]]
             rows = list(
-                await db.execute_fetchall(
+                await tx.fetch(
                     "SELECT run_id, entry_count, entries_json, meta_json FROM session_segments "
                     f"WHERE session_id = ?{bound} ORDER BY seq DESC LIMIT ?",
                     (*params, limit + 1),
@@ -334,32 +360,32 @@ class ChatStore(SQLiteBacked):
             earlier = len(rows) > limit
             stored = [StoredSegment(str(r[0]), int(r[1]), str(r[2]), r[3]) for r in rows[:limit]]
             segments = [s.decode(chat_id) for s in reversed(stored)]
-            tree = await chat_tree.load_around(db, chat_id, [s.run_id for s in segments] + also)
+            tree = await chat_tree.load_around(tx, chat_id, [s.run_id for s in segments] + also)
             return Page(segments, earlier, tree)
 
         return await self._store.read(read)
 
     async def tree_around(self, chat_id: str, run_ids: list[str]) -> Tree:
         """The runs ``run_ids`` and those beside them: enough for their switchers."""
-        return await self._store.read(lambda db: chat_tree.load_around(db, chat_id, run_ids))
+        return await self._store.read(lambda tx: chat_tree.load_around(tx, chat_id, run_ids))
 
     async def tree(self, chat_id: str) -> Tree:
-        return await self._store.read(lambda db: chat_tree.load_tree(db, chat_id))
+        return await self._store.read(lambda tx: chat_tree.load_tree(tx, chat_id))
 
     async def switch(self, chat_id: str, run_id: str) -> None:
         """Show version ``run_id``: the path from its parent on is replaced by its own
         (with the versions below it as they were last selected). No model is called."""
 
-        async def move(db: aiosqlite.Connection) -> None:
-            tree = await chat_tree.load_tree(db, chat_id)
+        async def move(tx: Tx) -> None:
+            tree = await chat_tree.load_tree(tx, chat_id)
             parent = tree.nodes[run_id].parent_run_id
             shown = tree.chosen(parent)
             if shown is not None:
-                await chat_tree.archive_from(db, chat_id, shown.run_id)
-            await chat_tree.select(db, chat_id, run_id)
-            tree = await chat_tree.load_tree(db, chat_id)
-            await chat_tree.restore(db, chat_id, [n.run_id for n in tree.path(parent)])
-            await db.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (time.time(), chat_id))
+                await chat_tree.archive_from(tx, chat_id, shown.run_id)
+            await chat_tree.select(tx, chat_id, run_id)
+            tree = await chat_tree.load_tree(tx, chat_id)
+            await chat_tree.restore(tx, chat_id, [n.run_id for n in tree.path(parent)])
+            await tx.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (time.time(), chat_id))
 
         await self._store.write(move)
 
@@ -369,24 +395,24 @@ class ChatStore(SQLiteBacked):
         now = time.time()
         chat = Chat(uuid.uuid4().hex, title, now, now)
 
-        async def copy(db: aiosqlite.Connection) -> None:
-            await db.execute(
+        async def copy(tx: Tx) -> None:
+            await tx.execute(
                 "INSERT INTO chats (id, title, created_at, updated_at) VALUES (?, ?, ?, ?)",
                 (chat.id, chat.title, chat.created_at, chat.updated_at),
             )
             segments: list[StoredSegment] = []
-            for segment in await stored_segments(db, chat_id):
+            for segment in await stored_segments(tx, chat_id):
                 segments.append(segment)
                 if segment.run_id == upto_run_id:
                     break
             parent: str | None = None
             for number, segment in enumerate(segments, 1):
                 run_id = uuid.uuid4().hex
-                await chat_tree.add_node(db, chat.id, run_id, parent, run_id, (number, number))
+                await chat_tree.add_node(tx, chat.id, run_id, parent, run_id, (number, number))
                 moved = StoredSegment(
                     run_id, segment.entry_count, segment.entries_json, segment.meta_json
                 )
-                await append_segments(db, chat.id, [moved])
+                await append_segments(tx, chat.id, [moved])
                 parent = run_id
 
         await self._store.write(copy)
@@ -405,8 +431,8 @@ class ChatStore(SQLiteBacked):
         idle -- one transaction. ``produced`` None: take the continuation's stored
         segment (it completed before a crash). Returns the folded segment's entries."""
 
-        async def fold(db: aiosqlite.Connection) -> list[Entry]:
-            taken = {s.run_id: s for s in await cut_segments(db, chat_id, target)}
+        async def fold(tx: Tx) -> list[Entry]:
+            taken = {s.run_id: s for s in await cut_segments(tx, chat_id, target)}
             entries: list[Entry] = []
             if target in taken:
                 own = taken.get(run_id)
@@ -420,10 +446,10 @@ class ChatStore(SQLiteBacked):
                 else:
                     kept_meta = meta
                 await append_segments(
-                    db, chat_id, [StoredSegment.encode(target, entries, kept_meta)]
+                    tx, chat_id, [StoredSegment.encode(target, entries, kept_meta)]
                 )
-            await _delete_checkpoints(db, [run_id])
-            await db.execute(
+            await _delete_checkpoints(tx, [run_id])
+            await tx.execute(
                 "UPDATE chats SET active_run_id = NULL, stop_requested_run_id = NULL, "
                 "continues_run_id = NULL, updated_at = ? WHERE id = ? AND active_run_id = ?",
                 (time.time(), chat_id, run_id),
@@ -435,9 +461,9 @@ class ChatStore(SQLiteBacked):
     async def backfill(self) -> int:
         """Tree nodes for chats stored before versions existed; returns how many chats."""
 
-        async def fill(db: aiosqlite.Connection) -> int:
+        async def fill(tx: Tx) -> int:
             rows = list(
-                await db.execute_fetchall(
+                await tx.fetch(
                     "SELECT id, active_run_id, continues_run_id FROM chats WHERE id IN ("
                     "SELECT session_id FROM session_segments WHERE run_id NOT IN "
                     "(SELECT run_id FROM chat_runs) UNION SELECT id FROM chats WHERE "
@@ -446,7 +472,7 @@ class ChatStore(SQLiteBacked):
                 )
             )
             for chat_id, active, continuing in rows:
-                await chat_tree.backfill(db, chat_id, None if continuing else active)
+                await chat_tree.backfill(tx, chat_id, None if continuing else active)
             return len(rows)
 
         return await self._store.write(fill)
@@ -457,8 +483,8 @@ class ChatStore(SQLiteBacked):
     async def end_run(self, chat_id: str, run_id: str) -> None:
         """Clear the run in flight, only if it is still this run."""
 
-        async def end(db: aiosqlite.Connection) -> None:
-            await db.execute(
+        async def end(tx: Tx) -> None:
+            await tx.execute(
                 "UPDATE chats SET active_run_id = NULL, stop_requested_run_id = NULL, "
                 "continues_run_id = NULL, updated_at = ? WHERE id = ? AND active_run_id = ?",
                 (time.time(), chat_id, run_id),
@@ -467,15 +493,15 @@ class ChatStore(SQLiteBacked):
         await self._store.write(end)
 
     async def _update(self, chat_id: str, assignments: str, params: tuple[Any, ...]) -> bool:
-        async def update(db: aiosqlite.Connection) -> bool:
-            cursor = await db.execute(
-                f"UPDATE chats SET {assignments} WHERE id = ?", (*params, chat_id)
+        async def update(tx: Tx) -> bool:
+            return (
+                await tx.execute(f"UPDATE chats SET {assignments} WHERE id = ?", (*params, chat_id))
+                > 0
             )
-            return cursor.rowcount > 0
 
         return await self._store.write(update)
 
 
-async def _delete_checkpoints(db: aiosqlite.Connection, run_ids: list[str]) -> None:
+async def _delete_checkpoints(tx: Tx, run_ids: list[str]) -> None:
     for table in _CHECKPOINT_TABLES:
-        await db.executemany(f"DELETE FROM {table} WHERE run_id = ?", [(r,) for r in run_ids])
+        await tx.executemany(f"DELETE FROM {table} WHERE run_id = ?", [(r,) for r in run_ids])

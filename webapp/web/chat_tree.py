@@ -26,15 +26,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-import aiosqlite
-
-from webapp.stores.sqlite_session import (
-    StoredSegment,
+from webapp.stores.sqlite_session import StoredSegment
+from webapp.transcript import AssistantEntry, Entry
+from webapp.web.chat_db import Tx
+from webapp.web.session_rows import (
     append_segments,
     cut_segments,
     stored_segments,
 )
-from webapp.transcript import AssistantEntry, Entry
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chat_runs (
@@ -163,15 +162,15 @@ def continued(entries: list[Entry], produced: list[Entry]) -> list[Entry]:
 # --- inside a ChatStore transaction ----------------------------------------------------
 
 
-async def load_tree(db: aiosqlite.Connection, chat_id: str) -> Tree:
-    rows = await db.execute_fetchall(
+async def load_tree(tx: Tx, chat_id: str) -> Tree:
+    rows = await tx.fetch(
         "SELECT run_id, parent_run_id, message_id, seq, selected FROM chat_runs WHERE chat_id = ?",
         (chat_id,),
     )
     return Tree(Node(str(r[0]), r[1], str(r[2]), int(r[3]), int(r[4])) for r in rows)
 
 
-async def load_around(db: aiosqlite.Connection, chat_id: str, run_ids: list[str]) -> Tree:
+async def load_around(tx: Tx, chat_id: str, run_ids: list[str]) -> Tree:
     """The part of the tree a page of ``run_ids`` needs for its switchers: those runs
     and every run beside them (same parent). Cost follows the page, not the chat."""
     if not run_ids:
@@ -179,7 +178,7 @@ async def load_around(db: aiosqlite.Connection, chat_id: str, run_ids: list[str]
     marks = ",".join("?" * len(run_ids))
     columns = "run_id, parent_run_id, message_id, seq, selected"
     shown = list(
-        await db.execute_fetchall(
+        await tx.fetch(
             f"SELECT {columns} FROM chat_runs WHERE chat_id = ? AND run_id IN ({marks})",
             (chat_id, *run_ids),
         )
@@ -188,22 +187,22 @@ async def load_around(db: aiosqlite.Connection, chat_id: str, run_ids: list[str]
     rows = list(shown)
     if parents:
         marks = ",".join("?" * len(parents))
-        rows += await db.execute_fetchall(
+        rows += await tx.fetch(
             f"SELECT {columns} FROM chat_runs WHERE chat_id = ? AND parent_run_id IN ({marks})",
             (chat_id, *parents),
         )
     if any(r[1] is None for r in shown):
-        rows += await db.execute_fetchall(
+        rows += await tx.fetch(
             f"SELECT {columns} FROM chat_runs WHERE chat_id = ? AND parent_run_id IS NULL",
             (chat_id,),
         )
     return Tree(Node(str(r[0]), r[1], str(r[2]), int(r[3]), int(r[4])) for r in rows)
 
 
-async def numbers(db: aiosqlite.Connection, chat_id: str) -> tuple[int, int]:
+async def numbers(tx: Tx, chat_id: str) -> tuple[int, int]:
     """The next node's creation number and selection stamp (one indexed aggregate)."""
     rows = list(
-        await db.execute_fetchall(
+        await tx.fetch(
             "SELECT COALESCE(MAX(seq), 0) + 1, COALESCE(MAX(selected), 0) + 1 FROM chat_runs "
             "WHERE chat_id = ?",
             (chat_id,),
@@ -212,9 +211,9 @@ async def numbers(db: aiosqlite.Connection, chat_id: str) -> tuple[int, int]:
     return int(rows[0][0]), int(rows[0][1])
 
 
-async def find(db: aiosqlite.Connection, chat_id: str, run_id: str) -> Node | None:
+async def find(tx: Tx, chat_id: str, run_id: str) -> Node | None:
     rows = list(
-        await db.execute_fetchall(
+        await tx.fetch(
             "SELECT run_id, parent_run_id, message_id, seq, selected FROM chat_runs "
             "WHERE chat_id = ? AND run_id = ?",
             (chat_id, run_id),
@@ -227,10 +226,10 @@ async def find(db: aiosqlite.Connection, chat_id: str, run_id: str) -> Node | No
     )
 
 
-async def path_end(db: aiosqlite.Connection, chat_id: str) -> str | None:
+async def path_end(tx: Tx, chat_id: str) -> str | None:
     """The last run of the shown path while no run is active: the session's last."""
     rows = list(
-        await db.execute_fetchall(
+        await tx.fetch(
             "SELECT run_id FROM session_segments WHERE session_id = ? ORDER BY seq DESC LIMIT 1",
             (chat_id,),
         )
@@ -239,7 +238,7 @@ async def path_end(db: aiosqlite.Connection, chat_id: str) -> str | None:
 
 
 async def add_node(
-    db: aiosqlite.Connection,
+    tx: Tx,
     chat_id: str,
     run_id: str,
     parent_run_id: str | None,
@@ -248,19 +247,19 @@ async def add_node(
 ) -> None:
     """A new run, selected (a new version is shown when it is made); ``at`` gives its
     (seq, selected) when the caller numbers several itself."""
-    seq, selected = at if at is not None else await numbers(db, chat_id)
-    await db.execute(
+    seq, selected = at if at is not None else await numbers(tx, chat_id)
+    await tx.execute(
         "INSERT INTO chat_runs (run_id, chat_id, parent_run_id, message_id, seq, selected) "
         "VALUES (?, ?, ?, ?, ?, ?)",
         (run_id, chat_id, parent_run_id, message_id, seq, selected),
     )
 
 
-async def archive_from(db: aiosqlite.Connection, chat_id: str, run_id: str) -> list[str]:
+async def archive_from(tx: Tx, chat_id: str, run_id: str) -> list[str]:
     """Take run ``run_id`` and everything after it off the session into the archive;
     returns the run ids taken."""
-    taken = await cut_segments(db, chat_id, run_id)
-    await db.executemany(
+    taken = await cut_segments(tx, chat_id, run_id)
+    await tx.executemany(
         "UPDATE chat_runs SET entry_count = ?, entries_json = ?, meta_json = ? "
         "WHERE chat_id = ? AND run_id = ?",
         [(s.entry_count, s.entries_json, s.meta_json, chat_id, s.run_id) for s in taken],
@@ -268,42 +267,42 @@ async def archive_from(db: aiosqlite.Connection, chat_id: str, run_id: str) -> l
     return [s.run_id for s in taken]
 
 
-async def restore(db: aiosqlite.Connection, chat_id: str, run_ids: list[str]) -> None:
+async def restore(tx: Tx, chat_id: str, run_ids: list[str]) -> None:
     """Append the archived segments of ``run_ids`` to the session, in that order."""
     if not run_ids:
         return
     marks = ",".join("?" * len(run_ids))
-    rows = await db.execute_fetchall(
+    rows = await tx.fetch(
         f"SELECT run_id, entry_count, entries_json, meta_json FROM chat_runs "
         f"WHERE chat_id = ? AND run_id IN ({marks}) AND entries_json IS NOT NULL",
         (chat_id, *run_ids),
     )
     found = {str(r[0]): StoredSegment(str(r[0]), int(r[1]), str(r[2]), r[3]) for r in rows}
-    await append_segments(db, chat_id, [found[r] for r in run_ids if r in found])
-    await db.executemany(
+    await append_segments(tx, chat_id, [found[r] for r in run_ids if r in found])
+    await tx.executemany(
         "UPDATE chat_runs SET entry_count = NULL, entries_json = NULL, meta_json = NULL "
         "WHERE chat_id = ? AND run_id = ?",
         [(chat_id, r) for r in found],
     )
 
 
-async def select(db: aiosqlite.Connection, chat_id: str, run_id: str) -> None:
-    _, selected = await numbers(db, chat_id)
-    await db.execute(
+async def select(tx: Tx, chat_id: str, run_id: str) -> None:
+    _, selected = await numbers(tx, chat_id)
+    await tx.execute(
         "UPDATE chat_runs SET selected = ? WHERE chat_id = ? AND run_id = ?",
         (selected, chat_id, run_id),
     )
 
 
-async def backfill(db: aiosqlite.Connection, chat_id: str, active_run_id: str | None) -> None:
+async def backfill(tx: Tx, chat_id: str, active_run_id: str | None) -> None:
     """Nodes for a chat stored before versions existed: its session is one path."""
-    known = {n for n in (await load_tree(db, chat_id)).nodes}
-    seq, selected = await numbers(db, chat_id)
+    known = {n for n in (await load_tree(tx, chat_id)).nodes}
+    seq, selected = await numbers(tx, chat_id)
     parent: str | None = None
-    runs = [s.run_id for s in await stored_segments(db, chat_id)]
+    runs = [s.run_id for s in await stored_segments(tx, chat_id)]
     for run_id in [*runs, *([active_run_id] if active_run_id is not None else [])]:
         if run_id not in known:
-            await add_node(db, chat_id, run_id, parent, run_id, (seq, selected))
+            await add_node(tx, chat_id, run_id, parent, run_id, (seq, selected))
             known.add(run_id)
             seq, selected = seq + 1, selected + 1
         parent = run_id
