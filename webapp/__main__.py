@@ -139,7 +139,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--db",
         default=env("WEBAPP_DB") or "chat.db",
-        help="chat database file (env WEBAPP_DB; default ./chat.db)",
+        help="chat database: a SQLite file, or postgresql://user:password@host:port/dbname "
+        "shared by any number of app processes (env WEBAPP_DB; default ./chat.db)",
     )
     parser.add_argument(
         "--model", default=env("WEBAPP_MODEL"), help="model name (env WEBAPP_MODEL)"
@@ -192,6 +193,7 @@ def import_file(argv: Sequence[str]) -> int:
     import asyncio
     from pathlib import Path
 
+    from webapp.stores.postgres import redact_dsn
     from webapp.web.chat_export import MAX_FILE_BYTES, ChatFileError, parse
     from webapp.web.chat_store import ChatStore
 
@@ -202,7 +204,8 @@ def import_file(argv: Sequence[str]) -> int:
     parser.add_argument(
         "--db",
         default=os.environ.get("WEBAPP_DB") or "chat.db",
-        help="chat database file (env WEBAPP_DB; default ./chat.db)",
+        help="chat database: a SQLite file, or postgresql://user:password@host:port/dbname "
+        "shared by any number of app processes (env WEBAPP_DB; default ./chat.db)",
     )
     args = parser.parse_args(argv)
     path = Path(args.file)
@@ -222,7 +225,7 @@ def import_file(argv: Sequence[str]) -> int:
             return await chats.import_chat(chat)
 
     chat_id = asyncio.run(store())
-    print(f"webapp import: {chat.title or 'New chat'!r} is chat {chat_id} in {args.db}")
+    print(f"webapp import: {chat.title or 'New chat'!r} is chat {chat_id} in {redact_dsn(args.db)}")
     return 0
 
 
@@ -235,6 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import uvicorn
 
     from webapp.models.config import describe_model, model_from_settings
+    from webapp.stores.postgres import redact_dsn
     from webapp.web import create_app
 
     try:
@@ -261,7 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(
-        f"webapp: serving http://{host}:{args.port} ({describe_model(model)}, db {args.db})",
+        f"webapp: serving http://{host}:{args.port} "
+        f"({describe_model(model)}, db {redact_dsn(args.db)})",
         flush=True,
     )
     if token is not None:

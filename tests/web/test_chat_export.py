@@ -16,6 +16,9 @@ from webapp.models import ScriptedModel
 from webapp.transcript import AssistantEntry, ToolCallEntry, ToolResultEntry, UserEntry
 from webapp.web.chat_export import ChatFileError, parse
 
+ON_BOTH_DATABASES = True  # every test here that builds the app runs on SQLite and PostgreSQL
+
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -19,6 +19,8 @@ from webapp.models import ScriptedModel
 from webapp.stores.checkpoint import RunHead
 from webapp.transcript import AssistantEntry, UserEntry
 
+ON_BOTH_DATABASES = True  # every test here that builds the app runs on SQLite and PostgreSQL
+
 
 async def three_exchanges(client: WebClient) -> str:
     chat_id = await client.new_chat()

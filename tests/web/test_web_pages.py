@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-from webhelpers import HX, MakeClient, buttons, form_of, messages, parse_html, replies, reply_text
+import pytest
+from webhelpers import (
+    HX,
+    MakeClient,
+    buttons,
+    form_of,
+    messages,
+    parse_html,
+    replies,
+    reply_text,
+)
 
 from webapp.models import ScriptedModel
+
+ON_BOTH_DATABASES = True  # every test here that builds the app runs on SQLite and PostgreSQL
 
 
 async def test_empty_home_has_the_composer_and_the_chat_list(web_client_factory: MakeClient):
@@ -193,7 +205,6 @@ async def test_static_files_and_vendored_versions(web_client_factory: MakeClient
 
 
 def test_missing_templates_or_static_files_fail_at_build_time(tmp_path):  # type: ignore[no-untyped-def]
-    import pytest
 
     from webapp.web import create_app
 

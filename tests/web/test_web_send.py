@@ -18,6 +18,8 @@ from webapp.errors import ModelError
 from webapp.models import ScriptedModel
 from webapp.transcript import AssistantEntry, ToolCallEntry, ToolResultEntry, UserEntry
 
+ON_BOTH_DATABASES = True  # every test here that builds the app runs on SQLite and PostgreSQL
+
 SLOW = 0.05  # seconds per scripted word: long enough to act while a run streams
 
 

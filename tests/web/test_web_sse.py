@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import cast
 
 import httpx
 import pytest
-import uvicorn
 from sse_starlette import ServerSentEvent
-from starlette.applications import Starlette
 from webhelpers import (
     MakeClient,
     SSEvent,
@@ -20,7 +17,9 @@ from webhelpers import (
     eventually,
     parse_html,
     parse_sse,
+    read_events,
     replies,
+    serve,
     text_of_fragments,
 )
 
@@ -28,9 +27,12 @@ from webapp.models import ScriptedModel
 from webapp.runtime.model import FinishPart, ModelPart, ModelRequest, TextPart
 from webapp.web import create_app, sse
 from webapp.web.event_names import DONE, TEXT
-from webapp.web.runs import LogRecord, RunManager, RunState
+from webapp.web.run_state import LogRecord, RunState
+from webapp.web.runs import RunManager
 from webapp.web.sse import coalesce, parse_position
 from webapp.web.view_models import ReplyView
+
+ON_BOTH_DATABASES = True  # every test here that builds the app runs on SQLite and PostgreSQL
 
 NUMBERS = " ".join(str(i) for i in range(1, 61))
 
@@ -142,48 +144,6 @@ async def test_a_run_from_before_a_restart_streams_its_stored_reply(
     assert [e.event for e in events] == ["done"]
     reply = parse_html(events[0].data).find(data_role="assistant")
     assert reply.find(class_="content").norm_text() == "stored words"
-
-
-@contextlib.asynccontextmanager
-async def serve(app: Starlette) -> AsyncIterator[str]:
-    """The app under a real uvicorn server on 127.0.0.1 (an ephemeral port)."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-
-    async def started() -> bool:
-        if task.done():
-            task.result()
-        return server.started
-
-    await eventually(started, 10, "uvicorn to start")
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
-
-
-async def read_events(
-    http: httpx.AsyncClient, url: str, headers: dict[str, str], limit: int | None
-) -> list[SSEvent]:
-    """Read events from a live stream; stop after ``limit`` events (then drop the connection)."""
-    events: list[SSEvent] = []
-    buffer = ""
-    async with http.stream("GET", url, headers=headers) as response:
-        assert response.status_code == 200
-        async for chunk in response.aiter_text():
-            buffer += chunk
-            while "\n\n" in buffer.replace("\r\n", "\n"):
-                normal = buffer.replace("\r\n", "\n")
-                block, buffer = normal.split("\n\n", 1)
-                events.extend(parse_sse(block + "\n\n"))
-                if limit is not None and len(events) >= limit:
-                    return events
-                if events and events[-1].event == "done":
-                    return events
-    return events
 
 
 async def test_live_stream_survives_a_reload_and_a_dropped_connection(tmp_path: Path):

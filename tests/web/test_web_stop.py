@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import asyncio
 
-from webhelpers import HX, MakeClient, buttons, messages, parse_html, replies, reply_text
+from webhelpers import (
+    HX,
+    MakeClient,
+    buttons,
+    messages,
+    parse_html,
+    replies,
+    reply_text,
+)
 
 from webapp.models import ScriptedModel
 from webapp.runtime.agent import Agent
 from webapp.runtime.tool import tool
 from webapp.transcript import AssistantEntry, ToolCallEntry, ToolResultEntry, UserEntry
+
+ON_BOTH_DATABASES = True  # every test here that builds the app runs on SQLite and PostgreSQL
 
 WORDS = " ".join(f"w{i}" for i in range(1, 200))
 

@@ -17,6 +17,9 @@ from webapp.stores.sqlite_session import SQLiteSession
 from webapp.transcript import AssistantEntry, Entry, UserEntry
 from webapp.web.chat_store import ChatStore
 
+ON_BOTH_DATABASES = True  # every test here that builds the app runs on SQLite and PostgreSQL
+
+
 WORDS = " ".join(f"w{i}" for i in range(1, 200))
 
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
 import httpx
+import uvicorn
 from starlette.applications import Starlette
 
 from webapp.web.app_state import WebApp
@@ -213,7 +215,7 @@ HX = {"HX-Request": "true"}
 class WebClient:
     app: Starlette
     http: httpx.AsyncClient
-    db: Path
+    db: Path | str  # the SQLite file, or the PostgreSQL URL
 
     @property
     def web(self) -> WebApp:
@@ -268,3 +270,45 @@ class WebClient:
 
 
 MakeClient = Callable[..., Awaitable["WebClient"]]
+
+
+@contextlib.asynccontextmanager
+async def serve(app: Starlette) -> AsyncIterator[str]:
+    """The app under a real uvicorn server on 127.0.0.1 (an ephemeral port)."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+
+    async def started() -> bool:
+        if task.done():
+            task.result()
+        return server.started
+
+    await eventually(started, 10, "uvicorn to start")
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+
+
+async def read_events(
+    http: httpx.AsyncClient, url: str, headers: dict[str, str], limit: int | None
+) -> list[SSEvent]:
+    """Read events from a live stream; stop after ``limit`` events (then drop the connection)."""
+    events: list[SSEvent] = []
+    buffer = ""
+    async with http.stream("GET", url, headers=headers) as response:
+        assert response.status_code == 200
+        async for chunk in response.aiter_text():
+            buffer += chunk
+            while "\n\n" in buffer.replace("\r\n", "\n"):
+                normal = buffer.replace("\r\n", "\n")
+                block, buffer = normal.split("\n\n", 1)
+                events.extend(parse_sse(block + "\n\n"))
+                if limit is not None and len(events) >= limit:
+                    return events
+                if events and events[-1].event == "done":
+                    return events
+    return events

@@ -1,10 +1,13 @@
 """`create_app`: the chat web application as a Starlette app, for the CLI or embedding.
 
-One SQLite file (WAL) holds the chats' sessions (session_id = chat id), the
-run checkpoints and the chats table. The lifespan opens nothing eagerly (the
-stores open lazily) but resumes, before serving, every run the file says is
-still owed; on shutdown it interrupts live runs so their checkpoints resume
-them on the next start, then closes the stores.
+One database holds the chats' sessions (session_id = chat id), the run
+checkpoints and the chat tables: a SQLite file (WAL), the default, or a
+PostgreSQL database (a ``postgresql://`` URL) that any number of app
+processes share (`webapp.web.cluster`). The lifespan opens nothing eagerly (the
+stores open lazily) but resumes, before serving, every run the database says
+is still owed (with other processes: that none of them holds); on shutdown it
+interrupts live runs so their checkpoints resume them -- on the next start,
+or with other processes, in one of them at once -- then closes the stores.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,14 +28,21 @@ from starlette.staticfiles import StaticFiles
 from webapp.models.config import describe_model, model_from_settings
 from webapp.runtime.agent import Agent
 from webapp.runtime.model import Model
+from webapp.stores.checkpoint import Checkpointer
+from webapp.stores.postgres_checkpoint import PostgresCheckpointer
+from webapp.stores.postgres_session import PostgresSession
+from webapp.stores.session import Session
 from webapp.stores.sqlite_checkpoint import SQLiteCheckpointer
 from webapp.stores.sqlite_session import SQLiteSession
 from webapp.tools import calculator, current_time
 from webapp.web.app_state import WebApp
 from webapp.web.assets import STATIC_DIR, TEMPLATES_DIR
+from webapp.web.chat_db import is_postgres
 from webapp.web.chat_service import ChatService
 from webapp.web.chat_store import ChatStore
+from webapp.web.cluster import Cluster
 from webapp.web.fragments import Fragments
+from webapp.web.lease_keeper import LeaseKeeper
 from webapp.web.runs import RunManager
 from webapp.web.security import SecurityMiddleware
 from webapp.web.templating import Templates
@@ -123,7 +134,8 @@ def create_app(
     templates_dir: str | os.PathLike[str] = TEMPLATES_DIR,
     static_dir: str | os.PathLike[str] = STATIC_DIR,
 ) -> Starlette:
-    """The chat app over one SQLite file.
+    """The chat app over one SQLite file, or a PostgreSQL database (``db_path`` a
+    ``postgresql://`` URL) shared with other processes.
 
     ``model`` defaults to the offline model; ``agent`` (overrides ``model``)
     defaults to an assistant with the calculator and current_time tools.
@@ -182,8 +194,16 @@ def _build_state(
             text = text.replace(secret, "[redacted]")
         return text
 
-    session = SQLiteSession(db_path, wal=True)
-    checkpointer = SQLiteCheckpointer(db_path, wal=True)
+    session: Session
+    checkpointer: Checkpointer
+    cluster: Cluster | None = None
+    if is_postgres(db_path):
+        dsn = str(db_path)
+        session, checkpointer = PostgresSession(dsn), PostgresCheckpointer(dsn)
+        cluster = Cluster(dsn, owner=uuid.uuid4().hex[:12])
+    else:
+        session = SQLiteSession(db_path, wal=True)
+        checkpointer = SQLiteCheckpointer(db_path, wal=True)
     store = ChatStore(db_path)
     fragments = Fragments(templates)
     runs = RunManager(
@@ -194,6 +214,7 @@ def _build_state(
         fragments=fragments,
         redact=scrub,
         max_turns=max_turns,
+        cluster=cluster,
     )
     return WebApp(
         chats=ChatService(store=store, session=session, checkpointer=checkpointer, runs=runs),
@@ -203,6 +224,7 @@ def _build_state(
         store=store,
         session=session,
         checkpointer=checkpointer,
+        keeper=LeaseKeeper(runs, cluster) if cluster is not None else None,
         max_message_chars=max_message_chars,
         model_description=describe_model(agent.model) if agent.model else agent.name,
     )
@@ -215,11 +237,18 @@ def _lifespan(state: WebApp) -> Any:
         if swept:
             logger.warning("removed %d rows of deleted chats left by an earlier process", swept)
         await state.store.backfill()
-        await state.runs.recover()
+        if state.keeper is None:
+            await state.runs.recover()
+        else:
+            await state.keeper.start()  # resumes what no process holds, then keeps leases
         try:
             yield
         finally:
+            if state.keeper is not None:
+                await state.keeper.stop()
             await state.runs.shutdown()
+            if state.keeper is not None:
+                await state.keeper.hand_over()
             await state.store.close()
             await state.session.close()  # type: ignore[attr-defined]
             await state.checkpointer.close()  # type: ignore[attr-defined]

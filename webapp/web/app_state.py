@@ -16,6 +16,7 @@ from webapp.stores.session import Session
 from webapp.web.chat_service import ChatService
 from webapp.web.chat_store import ChatStore
 from webapp.web.fragments import Fragments
+from webapp.web.lease_keeper import LeaseKeeper
 from webapp.web.runs import RunManager
 from webapp.web.templating import Templates
 
@@ -29,6 +30,7 @@ class WebApp:
     store: ChatStore
     session: Session
     checkpointer: Checkpointer
+    keeper: LeaseKeeper | None  # with other processes on PostgreSQL (webapp.web.cluster)
     max_message_chars: int
     model_description: str
 

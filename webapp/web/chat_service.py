@@ -34,8 +34,9 @@ from webapp.transcript import UserEntry
 from webapp.web import chat_export
 from webapp.web.chat_export import ChatFile, ChatFileError
 from webapp.web.chat_search import SearchHit
-from webapp.web.chat_store import Chat, ChatStore, NewRun
-from webapp.web.runs import RunManager, RunState
+from webapp.web.chat_store import Chat, ChatBusyError, ChatStore, NewRun
+from webapp.web.run_state import RunState
+from webapp.web.runs import RunManager
 from webapp.web.view_models import (
     ChatItem,
     ReplyView,
@@ -187,7 +188,7 @@ class ChatService:
         """The chat as its page shows it: the last ``limit`` runs of the shown path (all
         for None) before run ``before`` (the end for None, with the live run), with their
         version switchers. None when ``before`` is not on the path."""
-        live = self.runs.latest(chat.id) if before is None else None
+        live = await self.runs.live(chat) if before is None else None
         if live is not None and (live.abandoned or live.discarded):
             live = None
         also = [live.run_id] if live is not None else []
@@ -232,7 +233,8 @@ class ChatService:
 
     async def start_chat(self, text: str, client_id: str | None) -> NewChatOutcome:
         """A new chat with its first message (the empty home page's composer)."""
-        async with self._new_chat_lock:  # two posts of one client id: the second finds the first
+        # Two posts of one client id (to any process): the second finds the first.
+        async with self._new_chat_lock, self.runs.across_processes(f"new:{client_id}"):
             if client_id is not None:
                 found = await self.store.find_send(client_id)
                 chat = await self.store.get(found[0]) if found is not None else None
@@ -240,7 +242,10 @@ class ChatService:
                     return AlreadySent(chat)
             chat = await self.store.create()
             async with self.runs.lock(chat.id):
-                return await self._start(chat, text, NewRun(new_run_id(), client_id=client_id))
+                started = await self._start(chat, text, NewRun(new_run_id(), client_id=client_id))
+            if isinstance(started, Busy):
+                raise TypeError(f"a run is active in the new chat {chat.id}")
+            return started
 
     async def send(self, chat_id: str, text: str, client_id: str | None) -> SendOutcome:
         async with self.runs.lock(chat_id):
@@ -300,7 +305,10 @@ class ChatService:
             if segments[-1].run_id != run_id or not replies or not replies[0].can_continue:
                 return CannotContinue(chat)
             new = NewRun(new_run_id(), "continue", target=run_id)
-            state = await self.runs.start(chat.id, new, "", continues=replies[0])
+            try:
+                state = await self.runs.start(chat.id, new, "", continues=replies[0])
+            except ChatBusyError:
+                return Busy(chat)
             return Started(replace(chat, active_run_id=state.run_id), state)
 
     @contextlib.asynccontextmanager
@@ -322,11 +330,14 @@ class ChatService:
         await self.runs.settle(chat_id)
         return await self.store.get(chat_id)
 
-    async def _start(self, chat: Chat, text: str, new: NewRun) -> Started:
+    async def _start(self, chat: Chat, text: str, new: NewRun) -> Started | Busy:
         title = new.rename or chat.title or title_from_text(text)
         if not chat.title:
             new = replace(new, title=title)
-        state = await self.runs.start(chat.id, new, text)
+        try:
+            state = await self.runs.start(chat.id, new, text)
+        except ChatBusyError:  # the database says a run began first (another process)
+            return Busy(chat)
         return Started(replace(chat, title=title, active_run_id=state.run_id), state)
 
     # --- versions ----------------------------------------------------------------------
@@ -378,7 +389,9 @@ class ChatService:
     # --- stop, rename, delete --------------------------------------------------------------
 
     async def stop(self, chat_id: str, run_id: str) -> StopOutcome:
-        """SPEC §6 flow 2; stopping a run that already ended shows it as it ended."""
+        """SPEC §6 flow 2; stopping a run that already ended shows it as it ended.
+        A run another process executes is stopped by that process: this one asks and
+        waits (without the chat's lock, which that process needs to record the stop)."""
         async with self.runs.lock(chat_id):
             chat = await self.store.get(chat_id)
             if chat is None:
@@ -388,9 +401,12 @@ class ChatService:
                 await self.runs.stop(state)
                 position = None if state.finished else state.position
                 return ShownReply(chat, state.reply, position)
-            if chat.active_run_id == run_id:  # owed, but no task runs it here
-                await self.runs.stop_orphan(chat, run_id)
-            return await self.stored_reply(chat_id, run_id)
+            elsewhere = chat.active_run_id == run_id and not await self.runs.stop_unowned(
+                chat, run_id
+            )
+        if elsewhere:
+            await self.runs.wait_ended(chat_id, run_id)
+        return await self.stored_reply(chat_id, run_id)
 
     async def stored_reply(self, chat_id: str, run_id: str) -> StopOutcome:
         """The stored reply of one run (a read: no lock, no change)."""
@@ -424,21 +440,28 @@ class ChatService:
             return Renamed(renamed or chat)
 
     async def delete(self, chat_id: str) -> DeleteOutcome:
-        """Cancel the chat's run, then remove the chat with everything it holds."""
-        async with self.runs.lock(chat_id):
-            chat = await self.store.get(chat_id)
-            if chat is None:
-                return ChatNotFound()
-            run_ids = {s.run_id for s in await self.session.segments(chat_id)}
-            live = self.runs.latest(chat_id)
-            if live is not None:
-                await self.runs.discard(live)
-                run_ids.add(live.run_id)
-            if chat.active_run_id:
-                run_ids.add(chat.active_run_id)
-            await self.store.delete(chat_id, sorted(run_ids))
-            self.runs.forget_chat(chat_id)
-            return Deleted(chat_id)
+        """Cancel the chat's run, then remove the chat with everything it holds. A run
+        another process executes is stopped there first (waited for without the lock)."""
+        while True:
+            async with self.runs.lock(chat_id):
+                chat = await self.store.get(chat_id)
+                if chat is None:
+                    return ChatNotFound()
+                live = self.runs.latest(chat_id)
+                active = chat.active_run_id
+                elsewhere = None
+                if live is not None:
+                    await self.runs.discard(live)
+                unowned = active is not None and (live is None or live.run_id != active)
+                if unowned and active and not await self.runs.stop_unowned(chat, active):
+                    elsewhere = active
+                if elsewhere is None:
+                    run_ids = {s.run_id for s in await self.session.segments(chat_id)}
+                    run_ids.update(r for r in (active, live and live.run_id) if r)
+                    await self.store.delete(chat_id, sorted(run_ids))
+                    self.runs.forget_chat(chat_id)
+                    return Deleted(chat_id)
+            await self.runs.wait_ended(chat_id, elsewhere)
 
 
 def _input_index(segments: list[Segment], run_id: str) -> int | None:

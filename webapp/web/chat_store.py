@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Literal, Self
 from webapp.stores.session import Segment
 from webapp.stores.sqlite_session import StoredSegment
 from webapp.transcript import Entry
-from webapp.web import chat_export, chat_search, chat_search_pg, chat_tree
+from webapp.web import chat_export, chat_search, chat_search_pg, chat_tree, cluster
 from webapp.web.chat_db import POSTGRES_STORES, SQLITE_STORES, Tx, open_chat_db
 from webapp.web.chat_export import ChatFile
 from webapp.web.chat_search import SearchHit
@@ -144,6 +144,7 @@ class ChatStore:
         + _SCHEMA.replace(" REAL ", " DOUBLE PRECISION ")
         + chat_tree.SCHEMA
         + chat_search_pg.SCHEMA
+        + cluster.SCHEMA
     )
 
     def __init__(self, location: str | os.PathLike[str]) -> None:

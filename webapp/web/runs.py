@@ -23,12 +23,14 @@ durable, so a client that sees the final reply can act on it at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import json
 import logging
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict
+from typing import Any
 
 from webapp.events import (
     TERMINAL_EVENTS,
@@ -44,109 +46,23 @@ from webapp.events import (
 )
 from webapp.runtime.agent import Agent
 from webapp.runtime.options import CheckpointOptions
-from webapp.runtime.runner import RunHandle, Runner
+from webapp.runtime.runner import Runner
 from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.session import Session
 from webapp.transcript import Entry, UserEntry, drop_dangling_tool_calls
 from webapp.web import event_names as names
 from webapp.web.chat_store import Chat, ChatStore, NewRun
 from webapp.web.chat_tree import continued
+from webapp.web.cluster import Cluster
+from webapp.web.followers import Followers, reply_to_json
 from webapp.web.fragments import Fragments
+from webapp.web.run_state import RunState
 from webapp.web.view_models import ReplyStatus, ReplyView, reply_from_entries, split_run
 
 logger = logging.getLogger("webapp.web.runs")
 
 STOP_TIMEOUT = 30.0  # a cancelled run answers within a model chunk or a tool call
-
-
-class LogRecord(NamedTuple):
-    """One event of a run's log. A named tuple, not a frozen dataclass: a run
-    appends one per token, and a tuple is about three times cheaper to build."""
-
-    seq: int  # 1-based position in the run's log
-    event: str  # SSE event name (webapp.web.event_names)
-    data: str  # HTML fragment htmx swaps as is
-
-
-@dataclass
-class RunState:
-    """A run as the server shows it: the live reply plus its event log.
-
-    Readers wait in `wait_beyond`; an append wakes them once per turn of the
-    event loop, however many records that turn appended (a model's chunks
-    arrive in bursts), so a burst costs each reader one wake-up.
-    """
-
-    chat_id: str
-    run_id: str
-    epoch: str  # this process + this attempt: positions of another epoch are stale
-    input_text: str
-    reply: ReplyView
-    records: list[LogRecord] = field(default_factory=list)
-    handle: RunHandle | None = None
-    terminal: asyncio.Future[TerminalEvent] = field(init=False)
-    finished: bool = False  # the outcome is durable and the `done` record is in the log
-    stop_requested: bool = False
-    abandoned: bool = False  # cancelled by shutdown: the checkpoint resumes it next start
-    discarded: bool = False  # its chat is being deleted: record nothing
-    continues: str | None = None  # the reply (run id) this continuation goes on with
-    fresh_text: bool = True  # the next text delta starts a new model turn
-    fresh_reasoning: bool = True
-    _waiters: set[asyncio.Future[None]] = field(default_factory=set, init=False, repr=False)
-    _wake_scheduled: bool = field(default=False, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.terminal = asyncio.get_running_loop().create_future()
-
-    @property
-    def seq(self) -> int:
-        return len(self.records)
-
-    @property
-    def position(self) -> str:
-        """The SSE position ("EPOCH:SEQ") of the reply as it is right now."""
-        return f"{self.epoch}:{self.seq}"
-
-    def append(self, event: str, data: str) -> None:
-        records = self.records
-        records.append(LogRecord(len(records) + 1, event, data))
-        if self._waiters and not self._wake_scheduled:
-            self._wake_soon()
-
-    def append_nothing(self) -> None:
-        """Wake the readers without a new record (the run ended without one)."""
-        if self._waiters and not self._wake_scheduled:
-            self._wake_soon()
-
-    def _wake_soon(self) -> None:
-        self._wake_scheduled = True
-        asyncio.get_running_loop().call_soon(self._wake)
-
-    def _wake(self) -> None:
-        self._wake_scheduled = False
-        waiters, self._waiters = self._waiters, set()
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-
-    async def wait_beyond(self, seq: int, timeout: float) -> None:
-        """Return once the log is longer than ``seq`` (or the run finished, or timeout)."""
-        if self.seq > seq or self.finished:
-            return
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
-        self._waiters.add(waiter)
-        timer = loop.call_later(timeout, _release, waiter)
-        try:
-            await waiter
-        finally:
-            timer.cancel()
-            self._waiters.discard(waiter)  # still there after a timeout or a cancel
-
-
-def _release(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+ENDED_POLL = 0.05  # seconds between looks at a run another process is stopping
 
 
 class RunManager:
@@ -162,6 +78,7 @@ class RunManager:
         fragments: Fragments,
         redact: Callable[[str], str] = lambda s: s,
         max_turns: int = 20,
+        cluster: Cluster | None = None,
     ) -> None:
         self.agent = agent
         self.session = session
@@ -170,7 +87,9 @@ class RunManager:
         self.fragments = fragments
         self.redact = redact
         self.max_turns = max_turns
-        self._process = uuid.uuid4().hex[:8]
+        self.cluster = cluster  # PostgreSQL with other processes (webapp.web.cluster); else None
+        self.followers = Followers(cluster) if cluster is not None else None
+        self._process = cluster.owner if cluster is not None else uuid.uuid4().hex[:8]
         self._attempts = itertools.count(1)
         self._runs: dict[str, RunState] = {}
         self._latest: dict[str, str] = {}  # chat_id -> run_id of its newest run
@@ -179,11 +98,49 @@ class RunManager:
 
     # --- lookup -----------------------------------------------------------------
 
-    def lock(self, chat_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(chat_id, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def lock(self, chat_id: str) -> AsyncIterator[None]:
+        """The chat's lock: this process's, and with other processes theirs too."""
+        async with self._locks.setdefault(chat_id, asyncio.Lock()):
+            if self.cluster is None:
+                yield
+            else:
+                async with self.cluster.chat_lock(chat_id):
+                    yield
+
+    @contextlib.asynccontextmanager
+    async def across_processes(self, key: str) -> AsyncIterator[None]:
+        """Hold ``key``'s lock against other processes (nothing to hold without them)."""
+        if self.cluster is None:
+            yield
+        else:
+            async with self.cluster.chat_lock(key):
+                yield
 
     def get(self, run_id: str) -> RunState | None:
+        """A run this process executes (or executed last in its chat)."""
         return self._runs.get(run_id)
+
+    async def follow(self, chat_id: str, run_id: str) -> RunState | None:
+        """A run executed here, or else one another process executes (read from the
+        database); None when neither knows it."""
+        state = self._runs.get(run_id)
+        if state is not None or self.followers is None:
+            return state if state is not None and state.chat_id == chat_id else None
+        return await self.followers.follow(chat_id, run_id)
+
+    async def catch_up(self, state: RunState, seq: int) -> None:
+        """A followed run read up to ``seq`` at least, if it gets there soon."""
+        if state.follower and self.followers is not None:
+            await self.followers.catch_up(state, seq)
+
+    async def live(self, chat: Chat) -> RunState | None:
+        """The chat's newest run as far as this process can show it."""
+        state = self.latest(chat.id)
+        active = chat.active_run_id
+        if active is not None and (state is None or state.run_id != active):
+            state = await self.follow(chat.id, active) or state
+        return state
 
     def latest(self, chat_id: str) -> RunState | None:
         run_id = self._latest.get(chat_id)
@@ -210,13 +167,33 @@ class RunManager:
             state = self._new_state(chat_id, new.run_id, text, ReplyView(new.run_id))
         else:
             state = self._continuing(chat_id, new.run_id, continues)
+        await self._own(state)
         options = CheckpointOptions(
             self.checkpointer, new.run_id, if_run_exists="fail", delete_on_success=True
         )
         self._launch(state, [] if continues is not None else text, options)
         return state
 
-    def _continuing(self, chat_id: str, run_id: str, reply: ReplyView) -> RunState:
+    async def _own(self, state: RunState) -> bool:
+        """With other processes: take the run's lease and write its first record (what a
+        follower starts from), before anyone can ask another process for the run."""
+        if self.cluster is None:
+            return True
+        if not await self.cluster.claim(state.run_id, state.chat_id, state.epoch):
+            return False
+        start = {
+            "chat_id": state.chat_id,
+            "input": state.input_text,
+            "continues": state.continues,
+            "reply": reply_to_json(state.reply),
+        }
+        self.cluster.write(state.run_id, state.epoch, 0, "start", "", json.dumps(start))
+        await self.cluster.flush()
+        return True
+
+    def _continuing(
+        self, chat_id: str, run_id: str, reply: ReplyView, epoch: str | None = None
+    ) -> RunState:
         shown = ReplyView(
             reply.run_id,
             "streaming",
@@ -225,20 +202,30 @@ class RunManager:
             list(reply.tools),
             live_run_id=run_id,
         )
-        state = self._new_state(chat_id, run_id, "", shown)
+        state = self._new_state(chat_id, run_id, "", shown, epoch)
         state.continues = reply.run_id
         state.fresh_text = not reply.text  # the first delta goes on from the partial text
         return state
 
-    def _new_state(self, chat_id: str, run_id: str, text: str, reply: ReplyView) -> RunState:
-        epoch = f"{self._process}.{next(self._attempts)}"
-        state = RunState(chat_id, run_id, epoch, text, reply)
+    def _new_state(
+        self, chat_id: str, run_id: str, text: str, reply: ReplyView, epoch: str | None = None
+    ) -> RunState:
+        state = RunState(chat_id, run_id, epoch or self._next_epoch(), text, reply)
         old = self._latest.get(chat_id)
         if old is not None and old != run_id:
             self._runs.pop(old, None)  # its clients fall back to the stored reply
         self._runs[run_id] = state
         self._latest[chat_id] = run_id
         return state
+
+    def _next_epoch(self) -> str:
+        return f"{self._process}.{next(self._attempts)}"
+
+    def _record(self, state: RunState, event: str, data: str, delta: dict[str, Any]) -> None:
+        """Append a record to the run's log (and, for other processes, to the database)."""
+        state.append(event, data)
+        if self.cluster is not None:
+            self.cluster.write(state.run_id, state.epoch, state.seq, event, data, json.dumps(delta))
 
     def _launch(self, state: RunState, text: str | list[Entry], options: CheckpointOptions) -> None:
         state.handle = Runner.stream(
@@ -278,17 +265,24 @@ class RunManager:
         if isinstance(event, TextDelta):
             added = reply.add_text(event.text, new_turn=state.fresh_text)
             state.fresh_text = False
-            state.append(names.TEXT, self.fragments.text(added))
+            if self.cluster is None:  # the common case, once per token: no delta to build
+                state.append(names.TEXT, self.fragments.text(added))
+            else:
+                self._record(state, names.TEXT, self.fragments.text(added), {"added": added})
         elif isinstance(event, ReasoningDelta):
             added = reply.add_reasoning(event.text, new_turn=state.fresh_reasoning)
             state.fresh_reasoning = False
-            state.append(names.REASONING, self.fragments.text(added))
+            self._record(state, names.REASONING, self.fragments.text(added), {"added": added})
         elif isinstance(event, ToolCallStarted):
             card = reply.start_tool(event.call)
-            state.append(names.TOOL, self.fragments.tool_card(card, False))
+            self._record(
+                state, names.TOOL, self.fragments.tool_card(card, False), {"tool": asdict(card)}
+            )
         elif isinstance(event, ToolCallFinished):
             card = reply.finish_tool(event.result)
-            state.append(names.TOOL, self.fragments.tool_card(card, True))
+            self._record(
+                state, names.TOOL, self.fragments.tool_card(card, True), {"tool": asdict(card)}
+            )
         elif isinstance(event, TurnEnded):
             state.fresh_text = state.fresh_reasoning = True
 
@@ -301,11 +295,12 @@ class RunManager:
         if state.discarded:  # its chat was deleted with everything the run wrote
             state.finished = True
             state.append_nothing()
+            await self._let_go(state)
             return
         event = state.terminal.result()
         if isinstance(event, RunCancelled) and not state.stop_requested:
-            # Server shutdown: the checkpoint resumes the run on the next start. No
-            # `done` record: clients reconnect and continue with the next process.
+            # Server shutdown (or a lease lost): the checkpoint resumes the run in the
+            # next process. No `done` record: clients reconnect and continue there.
             state.abandoned = True
             state.finished = True
             state.append_nothing()
@@ -321,7 +316,9 @@ class RunManager:
             reply.status, reply.error = "failed", f"The reply could not be saved: {exc}"
         state.reply = reply
         state.finished = True
-        state.append(names.DONE, self.fragments.final_reply(state.chat_id, reply))
+        html = self.fragments.final_reply(state.chat_id, reply)
+        self._record(state, names.DONE, html, {"reply": reply_to_json(reply)})
+        await self._let_go(state)
         logger.info(
             "chat %s: run %s %s (%d characters, %d tool calls)",
             state.chat_id,
@@ -402,6 +399,31 @@ class RunManager:
             return
         await self._finalize(state)
 
+    async def stop_unowned(self, chat: Chat, run_id: str) -> bool:
+        """A stop for the chat's active run ``run_id``, which this process does not
+        execute. If another process does, ask it (False: wait for the run to end, see
+        `wait_ended`); else store what its checkpoint holds as stopped (True)."""
+        if self.cluster is not None:
+            await self.chats.request_stop(chat.id, run_id)
+            if not await self.cluster.claim(run_id, chat.id, self._next_epoch()):
+                await self.cluster.request_stop(run_id)
+                return False
+        await self.stop_orphan(chat, run_id)
+        if self.cluster is not None:
+            await self.cluster.release(run_id)
+        return True
+
+    async def wait_ended(self, chat_id: str, run_id: str) -> None:
+        """Wait (chat lock not held) until ``run_id`` is no longer the chat's active run."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STOP_TIMEOUT
+        while loop.time() < deadline:
+            chat = await self.chats.get(chat_id)
+            if chat is None or chat.active_run_id != run_id:
+                return
+            await asyncio.sleep(ENDED_POLL)
+        logger.error("run %s was not stopped by its process within %ss", run_id, STOP_TIMEOUT)
+
     async def stop_orphan(self, chat: Chat, run_id: str) -> None:
         """A stop for a run the chat owes but no task runs (a crash interrupted it):
         store what its checkpoint holds as stopped."""
@@ -438,55 +460,115 @@ class RunManager:
     # --- start-up and shutdown --------------------------------------------------------
 
     async def recover(self) -> int:
-        """Resume every run the database says is still owed; returns how many resumed."""
+        """Resume every run the database says is still owed (with other processes: those
+        no live process holds a lease on); returns how many resumed."""
+        if self.cluster is None:
+            chats = await self.chats.with_active_run()
+            owed = [(c.id, c.active_run_id) for c in chats if c.active_run_id is not None]
+        else:
+            owed = await self.cluster.unowned()
         resumed = 0
-        for chat in await self.chats.with_active_run():
-            run_id = chat.active_run_id
-            if run_id is None:
-                continue
-            async with self.lock(chat.id):
+        for chat_id, run_id in owed:
+            async with self.lock(chat_id):
                 try:
-                    resumed += await self._recover_one(chat, run_id)
+                    resumed += await self._take_over(chat_id, run_id)
                 except Exception:
-                    logger.exception("chat %s: could not recover run %s", chat.id, run_id)
+                    logger.exception("chat %s: could not recover run %s", chat_id, run_id)
         return resumed
 
-    async def _recover_one(self, chat: Chat, run_id: str) -> int:
+    async def _take_over(self, chat_id: str, run_id: str) -> int:
+        """Resume one owed run (chat lock held), once this process holds its lease."""
+        chat = await self.chats.get(chat_id)
+        if chat is None or chat.active_run_id != run_id or run_id in self._runs:
+            return 0
+        epoch = self._next_epoch()
+        if self.cluster is not None and not await self.cluster.claim(run_id, chat_id, epoch):
+            return 0  # another process was quicker
+        state = await self._recover_one(chat, run_id, epoch)
+        if state is None:
+            if self.cluster is not None:
+                await self.cluster.release(run_id)
+            return 0
+        await self._own(state)
+        self._launch_resumed(state)
+        return 1
+
+    async def _recover_one(self, chat: Chat, run_id: str, epoch: str) -> RunState | None:
+        """The state to resume ``run_id`` with, or None when it only needed bookkeeping
+        (stopped, failed or finished before the crash)."""
         chat_id, continues = chat.id, chat.continues_run_id
         if chat.stop_requested_run_id == run_id:
             await self.stop_orphan(chat, run_id)
-            return 0
+            return None
         snapshot = await self.checkpointer.load(run_id)
         if snapshot is None:
             if continues is not None:  # it finished: fold its stored segment in
                 await self.chats.end_continuation(chat_id, run_id, continues, None, None)
             else:
                 await self.chats.end_run(chat_id, run_id)
-            return 0
+            return None
         entries = drop_dangling_tool_calls(snapshot.entries)
         if snapshot.status == "failed":
             error = self.redact(snapshot.head.error or "The run failed.")
             meta = {"status": "failed", "error": error}
             await self._keep_ended(chat_id, run_id, entries, meta, continues)
-            return 0
+            return None
         if continues is not None:
             base = next(s for s in await self.session.segments(chat_id) if s.run_id == continues)
             merged = continued(base.entries, entries)
             reply = reply_from_entries(continues, merged[1:], "streaming")
-            state = self._continuing(chat_id, run_id, reply)
+            state = self._continuing(chat_id, run_id, reply, epoch)
         else:
             user, produced = split_run(entries)
             reply = reply_from_entries(run_id, produced, "streaming")
-            state = self._new_state(chat_id, run_id, user.text if user else "", reply)
+            state = self._new_state(chat_id, run_id, user.text if user else "", reply, epoch)
+        logger.info("chat %s: resuming run %s (%s)", chat_id, run_id, snapshot.status)
+        return state
+
+    def _launch_resumed(self, state: RunState) -> None:
         options = CheckpointOptions(
-            self.checkpointer, run_id, if_run_exists="resume_only", delete_on_success=True
+            self.checkpointer, state.run_id, if_run_exists="resume_only", delete_on_success=True
         )
         self._launch(state, [], options)
-        logger.info("chat %s: resuming run %s (%s)", chat_id, run_id, snapshot.status)
-        return 1
+
+    async def _let_go(self, state: RunState) -> None:
+        """With other processes: the run's records are written, its lease released."""
+        if self.cluster is None or state.follower:
+            return
+        try:
+            await self.cluster.flush()
+            await self.cluster.release(state.run_id)
+        except Exception:  # the lease expires by itself; the next owner finds the run done
+            logger.exception("run %s: could not release its lease", state.run_id)
+
+    # --- with other processes (webapp.web.lease_keeper calls these) ----------------------
+
+    def owned(self) -> dict[str, RunState]:
+        """The runs this process executes right now, by run id."""
+        return {
+            r: s
+            for r, s in self._runs.items()
+            if not s.finished and not s.follower and s.handle is not None
+        }
+
+    def give_up(self, state: RunState) -> None:
+        """Its lease is lost: another process may resume it; this one records nothing."""
+        state.lease_lost = True
+        if state.handle is not None:
+            state.handle.cancel()  # finalized as abandoned: nothing recorded here
+
+    def stop_asked(self, run_id: str) -> None:
+        """Another process asked to stop ``run_id``: if it runs here, stop it (its own
+        task records the stop under the chat lock)."""
+        state = self._runs.get(run_id)
+        if state is None or state.finished or state.handle is None:
+            return
+        state.stop_requested = True
+        state.handle.cancel()
 
     async def shutdown(self, timeout: float = 10.0) -> None:
-        """Interrupt every live run; their checkpoints resume them on the next start."""
+        """Interrupt every live run; their checkpoints resume them in the next process
+        to start (with other processes: in one of them, see `webapp.web.lease_keeper`)."""
         for state in list(self._runs.values()):
             if state.handle is not None and not state.finished:
                 state.handle.cancel()

@@ -36,7 +36,8 @@ from collections.abc import AsyncIterator
 from sse_starlette import ServerSentEvent
 
 from webapp.web.event_names import COALESCED, DONE, RESET
-from webapp.web.runs import LogRecord, RunManager, RunState
+from webapp.web.run_state import LogRecord, RunState
+from webapp.web.runs import RunManager
 
 logger = logging.getLogger("webapp.web.sse")
 

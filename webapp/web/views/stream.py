@@ -17,9 +17,10 @@ async def events(request: Request) -> Response:
     """GET /chats/{chat_id}/runs/{run_id}/events: a run's log as SSE, from any position."""
     app = web(request)
     chat_id, run_id = request.path_params["chat_id"], request.path_params["run_id"]
-    state = app.runs.get(run_id)
-    if state is None or state.chat_id != chat_id:
-        # Not live in this process (finished earlier, or before a restart).
+    state = await app.runs.follow(chat_id, run_id)
+    if state is None:
+        # Not live (finished earlier, or before a restart) here or, with other
+        # processes, in the database.
         stored = await app.chats.stored_reply(chat_id, run_id)
         if not isinstance(stored, ShownReply):
             raise HTTPException(404, f"No run {run_id} in this chat.")
@@ -31,6 +32,8 @@ async def events(request: Request) -> Response:
         return Response(status_code=503, headers={"Retry-After": "1"})
     position = request.headers.get("last-event-id") or request.query_params.get("after")
     epoch, seq = sse.parse_position(position)
+    if epoch == state.epoch and seq > state.seq:  # read ahead of this copy, on another process
+        await app.runs.catch_up(state, seq)
     if state.finished and epoch == state.epoch and seq >= state.seq:
         return Response(status_code=204)  # nothing left: tell the browser to stop
     return EventSourceResponse(

@@ -1,0 +1,349 @@
+"""Several app processes on one PostgreSQL database (SPEC §9): who runs a run, and its events.
+
+With SQLite there is one process and none of this exists. On PostgreSQL any
+number of processes share the database, and this module is how they agree:
+
+- **Leases** (``run_leases``): a run is executed by the process whose lease on
+  it is unexpired -- by the database's clock (``now()``), so clock skew between
+  hosts does not matter. The owner renews its leases every `RENEW_SECONDS`;
+  a lease not renewed for `LEASE_SECONDS` is expired, and any process that
+  finds a run still owed with no live lease claims it (one conditional
+  upsert: exactly one claimant wins) and resumes it from its checkpoint. An
+  owner that could not renew in time cancels its runs itself, so two
+  processes never execute one run at once. A graceful shutdown deletes its
+  leases and wakes the others at once.
+- **Run events** (``run_events``): the owner writes every record of a run's
+  log (the same seq, SSE event name and HTML fragment its own clients get,
+  plus the change to the reply as JSON), batched every `FLUSH_SECONDS`, so any
+  process rebuilds the run's log and live reply and streams it with the same
+  positions: a reconnect that lands on another process continues with no gap
+  and no duplicate. Records are keyed by the attempt's epoch, so a takeover
+  starts a new log and old positions read as stale.
+- **Wake-ups**: ``NOTIFY`` on one channel per schema tells the others that
+  events were written, that a stop was requested, or that runs were handed
+  over. Nothing depends on a notification arriving: followers also poll, and
+  leases are scanned on a timer.
+- **Chat locks**: a session-level advisory lock per chat, held for a chat
+  operation on this process's lock connection, so an operation and a run's
+  final bookkeeping never interleave, whichever processes they run on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from webapp.stores.postgres import redact_dsn
+
+logger = logging.getLogger("webapp.web.cluster")
+
+LEASE_SECONDS = 10.0  # a lease not renewed for this long is another process's to take
+RENEW_SECONDS = 2.0  # renewals, the scan for runs nobody owns, and followers' polls
+FLUSH_SECONDS = 0.02  # events are written in batches at most this far apart
+LOCK_POLL_SECONDS = 0.02  # a chat lock held by another process is tried again this often
+EVENTS_KEPT_SECONDS = 300  # a finished run's events stay this long for late readers
+_MAX_PAYLOAD = 7000  # bytes of run ids in one notification ("*": every run)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS run_leases (
+    run_id     TEXT PRIMARY KEY,
+    chat_id    TEXT NOT NULL,
+    owner      TEXT NOT NULL,
+    epoch      TEXT NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX IF NOT EXISTS run_leases_by_owner ON run_leases (owner);
+CREATE TABLE IF NOT EXISTS run_events (
+    run_id     TEXT NOT NULL,
+    epoch      TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    event      TEXT NOT NULL,
+    data       TEXT NOT NULL,
+    delta      TEXT,
+    written_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, epoch, seq)
+);
+CREATE INDEX IF NOT EXISTS run_events_by_time ON run_events (written_at);
+"""
+
+_CLAIM = """
+INSERT INTO run_leases (run_id, chat_id, owner, epoch, expires_at)
+VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5))
+ON CONFLICT (run_id) DO UPDATE
+    SET owner = excluded.owner, epoch = excluded.epoch, expires_at = excluded.expires_at
+    WHERE run_leases.expires_at < now() OR run_leases.owner = excluded.owner
+RETURNING run_id
+"""
+
+# Runs a chat still owes whose lease is missing or expired: another process's to take.
+_UNOWNED = """
+SELECT c.id, c.active_run_id FROM chats c
+LEFT JOIN run_leases l ON l.run_id = c.active_run_id AND l.expires_at >= now()
+WHERE c.active_run_id IS NOT NULL AND l.run_id IS NULL
+"""
+
+_TRY_LOCK = "SELECT pg_try_advisory_lock(hashtext('webapp.chat'), hashtext($1))"
+_UNLOCK = "SELECT pg_advisory_unlock(hashtext('webapp.chat'), hashtext($1))"
+
+_WRITE_EVENTS = """
+INSERT INTO run_events (run_id, epoch, seq, event, data, delta)
+SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[])
+ON CONFLICT DO NOTHING
+"""
+
+
+@dataclass(frozen=True)
+class EventRow:
+    seq: int
+    event: str
+    data: str
+    delta: dict[str, Any] | None
+
+
+class Cluster:
+    """This process's view of the others: its leases, its event writes, its wake-ups.
+
+    ``owner`` names this process in the lease table. `start` opens the lock
+    and listening connections; the callbacks run on this process's loop when
+    another process writes events (``on_events(run_id)``), asks for a stop
+    (``on_stop(run_id)``) or hands runs over (``on_handover()``).
+    """
+
+    def __init__(self, dsn: str, owner: str) -> None:
+        self.dsn = dsn
+        self.owner = owner
+        self.on_events: Callable[[str], None] = lambda run_id: None
+        self.on_stop: Callable[[str], None] = lambda run_id: None
+        self.on_handover: Callable[[], None] = lambda: None
+        self._pool: asyncpg.Pool | None = None
+        self._listener: asyncpg.Connection | None = None
+        self._locker: asyncpg.Connection | None = None
+        self._locker_busy = asyncio.Lock()
+        self._channel = ""
+        self._pending: list[tuple[str, str, int, str, str, str | None]] = []
+        self._wrote: set[str] = set()
+        self._flush_wanted = asyncio.Event()
+        self._flushed = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"Cluster({redact_dsn(self.dsn)!r}, owner={self.owner!r})"
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=4)
+        schema = await self._pool.fetchval("SELECT current_schema()")
+        digest = hashlib.sha1(str(schema).encode()).hexdigest()[:16]
+        self._channel = f"webapp_{digest}"
+        await self._lock_conn()
+        await self._listen()
+        self._writer = asyncio.get_running_loop().create_task(self._write_events())
+
+    async def _listen(self) -> None:
+        if self._listener is not None and not self._listener.is_closed():
+            return
+        self._listener = await asyncpg.connect(self.dsn)
+        await self._listener.add_listener(self._channel, self._notified)
+
+    async def keep_listening(self) -> None:
+        """Reopen the listening connection if it was lost (called on the scan timer)."""
+        try:
+            await self._listen()
+        except (OSError, asyncpg.PostgresError) as exc:
+            logger.warning("cannot listen for other processes (polling meanwhile): %s", exc)
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            await self.flush()
+            self._writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer
+            self._writer = None
+        for conn in (self._listener, self._locker):
+            if conn is not None and not conn.is_closed():
+                await conn.close()
+        self._listener = self._locker = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise RuntimeError("the cluster connection is not started (Cluster.start)")
+        return self._pool
+
+    # --- wake-ups --------------------------------------------------------------------
+
+    def _notified(self, conn: object, pid: int, channel: str, payload: str) -> None:
+        kind, _, arg = payload.partition(" ")
+        if kind == "e":
+            for run_id in arg.split(","):
+                self.on_events(run_id)
+        elif kind == "s":
+            self.on_stop(arg)
+        elif kind == "h":
+            self.on_handover()
+
+    async def notify(self, payload: str) -> None:
+        await self.pool.execute("SELECT pg_notify($1, $2)", self._channel, payload)
+
+    # --- chat locks ------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def chat_lock(self, chat_id: str) -> AsyncIterator[None]:
+        """Hold chat ``chat_id``'s lock across processes (the caller holds this
+        process's own lock for the chat, so the advisory lock is taken once)."""
+        while True:
+            async with self._locker_busy:
+                conn = await self._lock_conn()
+                got = await conn.fetchval(_TRY_LOCK, chat_id)
+            if got:
+                break
+            await asyncio.sleep(LOCK_POLL_SECONDS)
+        try:
+            yield
+        finally:
+            async with self._locker_busy:
+                current = self._locker
+                if current is not None and current is conn and not current.is_closed():
+                    await current.execute(_UNLOCK, chat_id)
+                # else: the connection was lost, and the server released its locks with it
+
+    async def _lock_conn(self) -> asyncpg.Connection:
+        if self._locker is None or self._locker.is_closed():
+            self._locker = await asyncpg.connect(self.dsn)
+        return self._locker
+
+    # --- leases ----------------------------------------------------------------------
+
+    async def claim(self, run_id: str, chat_id: str, epoch: str) -> bool:
+        """Take the lease on ``run_id`` if nobody holds a live one; True if this process has it."""
+        found = await self.pool.fetchval(_CLAIM, run_id, chat_id, self.owner, epoch, LEASE_SECONDS)
+        return found is not None
+
+    async def renew(self, run_ids: Sequence[str]) -> tuple[set[str], set[str]]:
+        """Extend this process's leases on ``run_ids``; returns (held, stop requested)."""
+        if not run_ids:
+            return set(), set()
+        async with self.pool.acquire() as conn:
+            held = await conn.fetch(
+                "UPDATE run_leases SET expires_at = now() + make_interval(secs => $3) "
+                "WHERE owner = $1 AND run_id = ANY($2::text[]) RETURNING run_id",
+                self.owner,
+                list(run_ids),
+                LEASE_SECONDS,
+            )
+            stops = await conn.fetch(
+                "SELECT stop_requested_run_id FROM chats WHERE stop_requested_run_id = "
+                "ANY($1::text[]) AND active_run_id = stop_requested_run_id",
+                list(run_ids),
+            )
+        return {r[0] for r in held}, {r[0] for r in stops}
+
+    async def release(self, run_id: str) -> None:
+        await self.pool.execute(
+            "DELETE FROM run_leases WHERE run_id = $1 AND owner = $2", run_id, self.owner
+        )
+
+    async def hand_over(self) -> int:
+        """Give up every lease of this process at once and wake the others to take them."""
+        status = await self.pool.execute("DELETE FROM run_leases WHERE owner = $1", self.owner)
+        await self.notify("h")
+        return int(status.rpartition(" ")[2] or 0)
+
+    async def owned_elsewhere(self, run_id: str) -> bool:
+        """Whether another process holds a live lease on ``run_id``."""
+        found = await self.pool.fetchval(
+            "SELECT 1 FROM run_leases WHERE run_id = $1 AND owner <> $2 AND expires_at >= now()",
+            run_id,
+            self.owner,
+        )
+        return found is not None
+
+    async def unowned(self) -> list[tuple[str, str]]:
+        """(chat id, run id) of runs still owed that no live lease covers."""
+        return [(r[0], r[1]) for r in await self.pool.fetch(_UNOWNED)]
+
+    async def lease_epoch(self, run_id: str) -> str | None:
+        """The epoch of the attempt that holds ``run_id``'s lease (expired or not)."""
+        found = await self.pool.fetchval("SELECT epoch FROM run_leases WHERE run_id = $1", run_id)
+        return str(found) if found is not None else None
+
+    async def request_stop(self, run_id: str) -> None:
+        await self.notify(f"s {run_id}")
+
+    # --- run events ------------------------------------------------------------------
+
+    def write(
+        self, run_id: str, epoch: str, seq: int, event: str, data: str, delta: str | None
+    ) -> None:
+        """Queue one log record for the next batch (written within `FLUSH_SECONDS`)."""
+        self._pending.append((run_id, epoch, seq, event, data, delta))
+        self._flushed.clear()
+        self._flush_wanted.set()
+
+    async def flush(self) -> None:
+        """Return once every record queued so far is in the table."""
+        if self._pending or not self._flushed.is_set():
+            self._flush_wanted.set()
+            await self._flushed.wait()
+
+    async def _write_events(self) -> None:
+        self._flushed.set()
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            rows, self._pending = self._pending, []
+            if rows:
+                try:
+                    await self._insert(rows)
+                except (OSError, asyncpg.PostgresError) as exc:
+                    logger.warning("could not write run events (retrying): %s", exc)
+                    self._pending[:0] = rows
+                    self._flush_wanted.set()
+                    await asyncio.sleep(0.5)
+                    continue
+            if not self._pending:
+                self._flushed.set()
+            await asyncio.sleep(FLUSH_SECONDS)
+
+    async def _insert(self, rows: list[tuple[str, str, int, str, str, str | None]]) -> None:
+        columns = list(zip(*rows, strict=True))
+        runs = ",".join(sorted(set(columns[0])))
+        if len(runs) > _MAX_PAYLOAD:  # a notification carries at most 8000 bytes
+            runs = "*"
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(_WRITE_EVENTS, *(list(c) for c in columns))
+            await conn.execute("SELECT pg_notify($1, $2)", self._channel, "e " + runs)
+
+    async def events(self, run_id: str, epoch: str, after: int) -> list[EventRow]:
+        rows = await self.pool.fetch(
+            "SELECT seq, event, data, delta FROM run_events "
+            "WHERE run_id = $1 AND epoch = $2 AND seq > $3 ORDER BY seq",
+            run_id,
+            epoch,
+            after,
+        )
+        return [
+            EventRow(int(r[0]), str(r[1]), str(r[2]), json.loads(r[3]) if r[3] else None)
+            for r in rows
+        ]
+
+    async def forget_old_events(self) -> None:
+        """Delete the events of attempts that hold no lease any more, once they are old."""
+        await self.pool.execute(
+            "DELETE FROM run_events e WHERE e.written_at < now() - make_interval(secs => $1) "
+            "AND NOT EXISTS (SELECT 1 FROM run_leases l WHERE l.run_id = e.run_id "
+            "AND l.epoch = e.epoch)",
+            EVENTS_KEPT_SECONDS,
+        )

@@ -1,0 +1,108 @@
+"""A run as the server shows it: its live reply and its numbered event log.
+
+`RunState` is shared by the process that executes a run (`webapp.web.runs`)
+and by processes that follow it from the database (`webapp.web.followers`):
+the SSE stream (`webapp.web.sse`) reads either the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from webapp.events import TerminalEvent
+from webapp.runtime.run_handle import RunHandle
+from webapp.web.view_models import ReplyView
+
+
+class LogRecord(NamedTuple):
+    """One event of a run's log. A named tuple, not a frozen dataclass: a run
+    appends one per token, and a tuple is about three times cheaper to build."""
+
+    seq: int  # 1-based position in the run's log
+    event: str  # SSE event name (webapp.web.event_names)
+    data: str  # HTML fragment htmx swaps as is
+
+
+@dataclass
+class RunState:
+    """A run as the server shows it: the live reply plus its event log.
+
+    Readers wait in `wait_beyond`; an append wakes them once per turn of the
+    event loop, however many records that turn appended (a model's chunks
+    arrive in bursts), so a burst costs each reader one wake-up.
+    """
+
+    chat_id: str
+    run_id: str
+    epoch: str  # this process + this attempt: positions of another epoch are stale
+    input_text: str
+    reply: ReplyView
+    records: list[LogRecord] = field(default_factory=list)
+    handle: RunHandle | None = None
+    terminal: asyncio.Future[TerminalEvent] = field(init=False)
+    finished: bool = False  # the outcome is durable and the `done` record is in the log
+    stop_requested: bool = False
+    abandoned: bool = False  # cancelled by shutdown: the checkpoint resumes it next start
+    follower: bool = False  # executed by another process; this copy is read from the database
+    lease_lost: bool = False  # another process may have taken the run over: record nothing
+    discarded: bool = False  # its chat is being deleted: record nothing
+    continues: str | None = None  # the reply (run id) this continuation goes on with
+    fresh_text: bool = True  # the next text delta starts a new model turn
+    fresh_reasoning: bool = True
+    _waiters: set[asyncio.Future[None]] = field(default_factory=set, init=False, repr=False)
+    _wake_scheduled: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.terminal = asyncio.get_running_loop().create_future()
+
+    @property
+    def seq(self) -> int:
+        return len(self.records)
+
+    @property
+    def position(self) -> str:
+        """The SSE position ("EPOCH:SEQ") of the reply as it is right now."""
+        return f"{self.epoch}:{self.seq}"
+
+    def append(self, event: str, data: str) -> None:
+        records = self.records
+        records.append(LogRecord(len(records) + 1, event, data))
+        if self._waiters and not self._wake_scheduled:
+            self._wake_soon()
+
+    def append_nothing(self) -> None:
+        """Wake the readers without a new record (the run ended without one)."""
+        if self._waiters and not self._wake_scheduled:
+            self._wake_soon()
+
+    def _wake_soon(self) -> None:
+        self._wake_scheduled = True
+        asyncio.get_running_loop().call_soon(self._wake)
+
+    def _wake(self) -> None:
+        self._wake_scheduled = False
+        waiters, self._waiters = self._waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_beyond(self, seq: int, timeout: float) -> None:
+        """Return once the log is longer than ``seq`` (or the run finished, or timeout)."""
+        if self.seq > seq or self.finished:
+            return
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.add(waiter)
+        timer = loop.call_later(timeout, _release, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiters.discard(waiter)  # still there after a timeout or a cancel
+
+
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
