@@ -25,7 +25,7 @@ import aiosqlite
 import asyncpg
 
 from webapp.stores import postgres_checkpoint, postgres_session, sqlite_checkpoint, sqlite_session
-from webapp.stores.postgres import PostgresBacked, redact_dsn
+from webapp.stores.postgres import PostgresBacked
 from webapp.stores.sqlite import SQLiteBacked
 
 T = TypeVar("T")
@@ -109,7 +109,6 @@ class PostgresTx:
 
 class ChatDatabase(Protocol):
     dialect: Dialect
-    location: str  # for messages: the file, or the URL without its password
 
     async def read(self, fn: TxFn[T]) -> T: ...
 
@@ -150,7 +149,6 @@ class _SQLiteChats(SQLiteBacked):
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__(path, wal=True)  # WAL: the file is shared with the other stores
-        self.location = os.fspath(path)
 
     async def read(self, fn: TxFn[T]) -> T:
         return await self._store.read(lambda db: fn(SQLiteTx(db)))
@@ -164,8 +162,6 @@ class _PostgresChats(PostgresBacked):
 
     def __init__(self, dsn: str) -> None:
         super().__init__(dsn, max_connections=10)
-        self.location = redact_dsn(dsn)
-        self.dsn = dsn
 
     async def read(self, fn: TxFn[T]) -> T:
         return await self._store.transaction(lambda conn: fn(PostgresTx(conn)))

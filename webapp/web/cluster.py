@@ -48,6 +48,7 @@ logger = logging.getLogger("webapp.web.cluster")
 LEASE_SECONDS = 10.0  # a lease not renewed for this long is another process's to take
 RENEW_SECONDS = 2.0  # renewals, the scan for runs nobody owns, and followers' polls
 FLUSH_SECONDS = 0.02  # events are written in batches at most this far apart
+FLUSH_TIMEOUT = 10.0  # a flush gives up after this long (the database is unreachable)
 LOCK_POLL_SECONDS = 0.02  # a chat lock held by another process is tried again this often
 EVENTS_KEPT_SECONDS = 300  # a finished run's events stay this long for late readers
 _MAX_PAYLOAD = 7000  # bytes of run ids in one notification ("*": every run)
@@ -163,7 +164,10 @@ class Cluster:
 
     async def close(self) -> None:
         if self._writer is not None:
-            await self.flush()
+            try:
+                await self.flush()
+            except TimeoutError:
+                logger.warning("run events not written at shutdown: %d", len(self._pending))
             self._writer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._writer
@@ -292,11 +296,12 @@ class Cluster:
         self._flushed.clear()
         self._flush_wanted.set()
 
-    async def flush(self) -> None:
-        """Return once every record queued so far is in the table."""
+    async def flush(self, timeout: float = FLUSH_TIMEOUT) -> None:
+        """Return once every record queued so far is in the table (TimeoutError when
+        the database does not take them in time; they stay queued)."""
         if self._pending or not self._flushed.is_set():
             self._flush_wanted.set()
-            await self._flushed.wait()
+            await asyncio.wait_for(self._flushed.wait(), timeout)
 
     async def _write_events(self) -> None:
         self._flushed.set()

@@ -479,7 +479,8 @@ class RunManager:
     async def _take_over(self, chat_id: str, run_id: str) -> int:
         """Resume one owed run (chat lock held), once this process holds its lease."""
         chat = await self.chats.get(chat_id)
-        if chat is None or chat.active_run_id != run_id or run_id in self._runs:
+        running = self._runs.get(run_id)
+        if chat is None or chat.active_run_id != run_id or (running and not running.finished):
             return 0
         epoch = self._next_epoch()
         if self.cluster is not None and not await self.cluster.claim(run_id, chat_id, epoch):
