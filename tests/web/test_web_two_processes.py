@@ -202,3 +202,53 @@ async def test_versions_change_from_either_process(postgres_dsn: str):
         assert moved.status_code == 303
         page = parse_html((await b.get(f"/chats/{chat_id}")).text)
         assert replies(page)[0].find(class_="content").norm_text() == "first answer"
+
+
+async def test_a_run_whose_lease_passes_elsewhere_stops_here_and_is_recorded_once(
+    postgres_dsn: str,
+):
+    model = ScriptedModel([NUMBERS, NUMBERS], chunk_delay=0.05)
+    app = create_app(postgres_dsn, model=model)
+    async with serve(app) as base, httpx.AsyncClient(base_url=base, timeout=20) as http:
+        chat_id = await new_chat(http)
+        url = await live_reply_url(http, chat_id, "count")
+        run_id = url.split("/runs/")[1].split("/")[0]
+        await read_events(http, url, {}, limit=3)
+        conn = await asyncpg.connect(postgres_dsn)
+        try:
+            # Another process takes the lease (as if this one had stalled past its expiry).
+            await conn.execute(
+                "UPDATE run_leases SET owner = 'elsewhere', expires_at = now() + interval "
+                "'1 hour' WHERE run_id = $1",
+                run_id,
+            )
+            state = app.state.web.runs.get(run_id)
+
+            async def given_up() -> bool:
+                return state.finished and state.abandoned
+
+            await eventually(given_up, 10, "the run to be given up at the next renewal")
+            # Nothing was recorded here: the run is still owed, to the lease's holder.
+            assert await active_run(postgres_dsn, chat_id) == run_id
+            assert (
+                await conn.fetchval(
+                    "SELECT count(*) FROM session_segments WHERE session_id = $1", chat_id
+                )
+                == 0
+            )
+            # The holder dies without a word: the lease expires, and the run is taken
+            # over (here by the same process) and recorded exactly once.
+            await conn.execute("UPDATE run_leases SET expires_at = now() - interval '1 second'")
+
+            async def idle() -> bool:
+                return await active_run(postgres_dsn, chat_id) is None
+
+            await eventually(idle, 20, "the run to be taken over and finished")
+            rows = await conn.fetch(
+                "SELECT run_id, entries_json FROM session_segments WHERE session_id = $1", chat_id
+            )
+            assert [r[0] for r in rows] == [run_id]
+        finally:
+            await conn.close()
+        page = parse_html((await http.get(f"/chats/{chat_id}")).text)
+        assert [r.find(class_="content").norm_text() for r in replies(page)] == [NUMBERS]

@@ -167,20 +167,20 @@ class RunManager:
             state = self._new_state(chat_id, new.run_id, text, ReplyView(new.run_id))
         else:
             state = self._continuing(chat_id, new.run_id, continues)
-        await self._own(state)
+        if self.cluster is not None:  # a new run: nobody else can hold its lease
+            await self.cluster.claim(state.run_id, chat_id, state.epoch)
+            await self._publish_start(state)
         options = CheckpointOptions(
             self.checkpointer, new.run_id, if_run_exists="fail", delete_on_success=True
         )
         self._launch(state, [] if continues is not None else text, options)
         return state
 
-    async def _own(self, state: RunState) -> bool:
-        """With other processes: take the run's lease and write its first record (what a
-        follower starts from), before anyone can ask another process for the run."""
+    async def _publish_start(self, state: RunState) -> None:
+        """With other processes: write the run's first record (what a follower starts
+        from) before anyone can ask another process for the run."""
         if self.cluster is None:
-            return True
-        if not await self.cluster.claim(state.run_id, state.chat_id, state.epoch):
-            return False
+            return
         start = {
             "chat_id": state.chat_id,
             "input": state.input_text,
@@ -189,7 +189,6 @@ class RunManager:
         }
         self.cluster.write(state.run_id, state.epoch, 0, "start", "", json.dumps(start))
         await self.cluster.flush()
-        return True
 
     def _continuing(
         self, chat_id: str, run_id: str, reply: ReplyView, epoch: str | None = None
@@ -298,7 +297,7 @@ class RunManager:
             await self._let_go(state)
             return
         event = state.terminal.result()
-        if isinstance(event, RunCancelled) and not state.stop_requested:
+        if state.lease_lost or (isinstance(event, RunCancelled) and not state.stop_requested):
             # Server shutdown (or a lease lost): the checkpoint resumes the run in the
             # next process. No `done` record: clients reconnect and continue there.
             state.abandoned = True
@@ -490,7 +489,7 @@ class RunManager:
             if self.cluster is not None:
                 await self.cluster.release(run_id)
             return 0
-        await self._own(state)
+        await self._publish_start(state)
         self._launch_resumed(state)
         return 1
 
