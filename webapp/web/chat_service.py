@@ -397,7 +397,7 @@ class ChatService:
             if chat is None:
                 return ChatNotFound()
             state = self.runs.get(run_id)
-            if state is not None and state.chat_id == chat_id:
+            if state is not None and state.chat_id == chat_id and not state.abandoned:
                 await self.runs.stop(state)
                 position = None if state.finished else state.position
                 return ShownReply(chat, state.reply, position)
@@ -452,8 +452,8 @@ class ChatService:
                 elsewhere = None
                 if live is not None:
                     await self.runs.discard(live)
-                unowned = active is not None and (live is None or live.run_id != active)
-                if unowned and active and not await self.runs.stop_unowned(chat, active):
+                here = live is not None and live.run_id == active and not live.abandoned
+                if active and not here and not await self.runs.stop_unowned(chat, active):
                     elsewhere = active
                 if elsewhere is None:
                     run_ids = {s.run_id for s in await self.session.segments(chat_id)}
