@@ -34,7 +34,7 @@ from webapp.transcript import UserEntry
 from webapp.web import chat_export
 from webapp.web.chat_export import ChatFile, ChatFileError
 from webapp.web.chat_search import SearchHit
-from webapp.web.chat_store import Chat, ChatBusyError, ChatStore, NewRun
+from webapp.web.chat_store import AlreadySentError, Chat, ChatBusyError, ChatStore, NewRun
 from webapp.web.run_state import RunState
 from webapp.web.runs import RunManager
 from webapp.web.view_models import (
@@ -252,11 +252,14 @@ class ChatService:
             chat = await self._settled(chat_id)
             if chat is None:
                 return ChatNotFound()
-            if client_id is not None and await self.store.sent_run(chat_id, client_id):
-                return AlreadySent(chat)
-            if chat.active_run_id:
+            if chat.active_run_id:  # busy -- unless this very message started that run
+                if client_id is not None and await self.store.sent_run(chat_id, client_id):
+                    return AlreadySent(chat)
                 return Busy(chat)
-            return await self._start(chat, text, NewRun(new_run_id(), client_id=client_id))
+            try:  # an idle chat: begin_run itself finds a client id that was sent before
+                return await self._start(chat, text, NewRun(new_run_id(), client_id=client_id))
+            except AlreadySentError:
+                return AlreadySent(chat)
 
     async def edit(self, chat_id: str, run_id: str, text: str) -> EditOutcome:
         """A new version of the user message whose run is ``run_id`` (SPEC §7)."""

@@ -68,6 +68,10 @@ class ChatBusyError(RuntimeError):
     """A run is already active in the chat: the database refused to start another."""
 
 
+class AlreadySentError(RuntimeError):
+    """The client message id already started a run in the chat: nothing new starts."""
+
+
 NewRunKind = Literal["send", "edit", "regenerate", "continue"]
 
 
@@ -289,11 +293,18 @@ class ChatStore:
     async def begin_run(self, chat_id: str, new: NewRun) -> None:
         """Record the run in flight in one transaction: its place in the tree (with the
         versions it replaces archived and their checkpoints gone), the client id that
-        asked, and the chat's active run. Raises `ChatBusyError` (and writes nothing)
-        when the chat already has an active run: the database decides."""
+        asked, and the chat's active run. Raises `AlreadySentError` when the client id
+        started a run before, and `ChatBusyError` when the chat already has an active
+        run (writing nothing either way): the database decides."""
         now = time.time()
 
         async def begin(tx: Tx) -> None:
+            if new.client_id is not None and not await tx.execute(
+                "INSERT INTO sends (chat_id, client_id, run_id, created_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (chat_id, client_id) DO NOTHING",
+                (chat_id, new.client_id, new.run_id, now),
+            ):
+                raise AlreadySentError(chat_id)  # a retried POST or a double click
             if new.kind == "send":
                 parent = await chat_tree.path_end(tx, chat_id)
                 await chat_tree.add_node(tx, chat_id, new.run_id, parent, new.run_id)
@@ -305,11 +316,6 @@ class ChatStore:
                 await _delete_checkpoints(tx, archived)
                 message = new.run_id if new.kind == "edit" else node.message_id
                 await chat_tree.add_node(tx, chat_id, new.run_id, node.parent_run_id, message)
-            if new.client_id is not None:
-                await tx.execute(
-                    "INSERT INTO sends (chat_id, client_id, run_id, created_at) VALUES (?, ?, ?, ?)",
-                    (chat_id, new.client_id, new.run_id, now),
-                )
             title = new.rename or new.title
             started = await tx.execute(
                 "UPDATE chats SET active_run_id = ?, stop_requested_run_id = NULL, "
