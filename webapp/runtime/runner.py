@@ -159,7 +159,6 @@ class _Run:
     saved: bool = False  # this run has written its checkpoint at least once
     terminal_sent: bool = False
     inflight: asyncio.Future[None] | None = None  # the checkpoint save under way
-    unconfirmed: asyncio.Future[None] | None = None  # the start's save, not yet awaited
 
     def __post_init__(self) -> None:
         self.agent = self.entry_agent
@@ -251,9 +250,7 @@ class _Run:
         self.call_ids = _call_ids(self.history)
         self.head = replace(self.head, context_state=await self._carried_context_state())
         self._add(new)
-        # The user's input is saved at once, while the model is asked: nothing the
-        # model says is passed on before that save is done (`_confirm`).
-        self.unconfirmed = self._begin_save()
+        await self._save()  # the user's input is durable at once
         self.emit(RunStarted(self.run_id, self.agent.name, False))
         await self._hook("on_run_start", self.ctx)
 
@@ -314,8 +311,6 @@ class _Run:
         reasoning, calls = "", []
         self.partial, self.finish_reason = "", None
         async for part in model.stream(request):
-            if self.unconfirmed is not None:
-                await self._confirm()
             if isinstance(part, TextPart) and part.text:
                 self.partial += part.text
                 self.emit(TextDelta(part.text))
@@ -433,31 +428,16 @@ class _Run:
     async def _save(self) -> None:
         if self.checkpoint is None:
             return
-        await self._confirm()  # saves land in order
-        saving = self._begin_save()
-        if saving is not None:
-            await asyncio.shield(saving)
-
-    def _begin_save(self) -> asyncio.Future[None] | None:
-        """Start saving what is unsaved; the caller awaits the future (shielded)."""
-        if self.checkpoint is None:
-            return None
         new, self.unsaved = self.unsaved, []
         self.head = replace(self.head, updated_at=time.time())
         self.saved = True
-        # Shielded by its awaiters: a cancel must not drop a save half-way (a queued
-        # SQLite write whose caller is cancelled is skipped), and the entries are no
-        # longer in `unsaved`, so an interrupt never appends them twice either.
+        # Shielded: a cancel must not drop a save half-way (a queued SQLite write
+        # whose caller is cancelled is skipped), and the entries are no longer in
+        # `unsaved`, so an interrupt never appends them twice either.
         self.inflight = asyncio.ensure_future(
             self.checkpoint.checkpointer.append(self.run_id, new, self.head)
         )
-        return self.inflight
-
-    async def _confirm(self) -> None:
-        """Wait for the start's save; its failure fails the run."""
-        if self.unconfirmed is not None:
-            first, self.unconfirmed = self.unconfirmed, None
-            await asyncio.shield(first)
+        await asyncio.shield(self.inflight)
 
     async def _mark(self, status: str, *, error: str | None = None) -> None:
         if self.checkpoint is None or not self.saved:
