@@ -127,10 +127,7 @@ class SQLiteSession(SQLiteBacked):
             "WHERE session_id = ? ORDER BY seq",
             (session_id,),
         )
-        out: list[Entry] = []
-        for seq, run_id, entries_json in rows:
-            out.extend(_decode_entries(session_id, seq, run_id, entries_json))
-        return out
+        return _decode_all(session_id, rows)
 
     async def append(
         self,
@@ -353,6 +350,29 @@ def _decode_entries(session_id: str, seq: int, run_id: str, data: str) -> list[E
 
 
 _DECODER = json.JSONDecoder()  # what json.loads uses, called without its per-call wrapping
+
+
+def _decode_all(session_id: str, rows: list[Any]) -> list[Entry]:
+    """Every entry of ``rows`` (seq, run_id, entries_json), in order.
+
+    All rows are parsed as one JSON array and built in one pass: per row, the
+    calls cost as much as the parsing. Anything unexpected (a row that is not
+    exactly one list, an entry that does not build) goes again row by row,
+    which names the bad row in its error.
+    """
+    if not rows:
+        return []
+    try:
+        text = "[" + ",".join([r[2] for r in rows]) + "]"
+        lists, end = _DECODER.raw_decode(text)
+        if end == len(text) and len(lists) == len(rows) and all(type(x) is list for x in lists):
+            return _entries_from([item for items in lists for item in items])
+    except (ValueError, TypeError, AttributeError, KeyError):
+        pass
+    out: list[Entry] = []
+    for seq, run_id, entries_json in rows:
+        out.extend(_decode_entries(session_id, seq, run_id, entries_json))
+    return out
 
 
 def _parse(data: str) -> Any:
