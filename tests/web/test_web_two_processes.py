@@ -30,6 +30,7 @@ from webapp.models import ScriptedModel
 from webapp.web import create_app
 
 NUMBERS = " ".join(str(i) for i in range(1, 81))
+WORDS = "a reply long enough to be still streaming when the other send arrives"
 
 
 @contextlib.asynccontextmanager
@@ -107,8 +108,8 @@ async def test_a_page_on_the_other_process_shows_the_run_live(postgres_dsn: str)
 
 
 async def test_one_run_per_chat_is_decided_in_the_database(postgres_dsn: str):
-    replies_a = ScriptedModel(["one"] * 8, chunk_delay=0.05)
-    replies_b = ScriptedModel(["one"] * 8, chunk_delay=0.05)
+    replies_a = ScriptedModel([WORDS] * 8, chunk_delay=0.05)
+    replies_b = ScriptedModel([WORDS] * 8, chunk_delay=0.05)
     async with two_processes(postgres_dsn, replies_a, replies_b) as (a, b):
         chat_id = await new_chat(a)
         for round_ in range(4):
