@@ -130,7 +130,6 @@ class Cluster:
         self._locker_busy = asyncio.Lock()
         self._channel = ""
         self._pending: list[tuple[str, str, int, str, str, str | None]] = []
-        self._wrote: set[str] = set()
         self._flush_wanted = asyncio.Event()
         self._flushed = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None

@@ -127,10 +127,12 @@ class Followers:
             return
         task = asyncio.get_running_loop().create_task(self._pull(state, check_lease=False))
         self._pulling[run_id] = task
-        task.add_done_callback(lambda _: self._pulled(run_id))
+        task.add_done_callback(lambda done: self._pulled(run_id, done))
 
-    def _pulled(self, run_id: str) -> None:
+    def _pulled(self, run_id: str, task: asyncio.Task[None]) -> None:
         self._pulling.pop(run_id, None)
+        if not task.cancelled() and task.exception() is not None:  # the timer reads again
+            logger.warning("run %s: could not read its events: %s", run_id, task.exception())
         if run_id in self._again:
             self._again.discard(run_id)
             self.wake(run_id)
