@@ -41,6 +41,7 @@ from webapp.stores.session import (
 # The encoding and its error messages are the SQLite store's, written once.
 from webapp.stores.sqlite_session import (
     _check_id,
+    _decode_all,
     _decode_entries,
     _encode_entries,
     _encode_meta,
@@ -123,10 +124,7 @@ class PostgresSession(PostgresBacked):
             "WHERE session_id = $1 ORDER BY seq",
             session_id,
         )
-        out: list[Entry] = []
-        for seq, run_id, entries_json in rows:
-            out.extend(_decode_entries(session_id, seq, run_id, entries_json))
-        return out
+        return _decode_all(session_id, rows)
 
     async def append(
         self,
