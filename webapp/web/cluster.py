@@ -264,15 +264,6 @@ class Cluster:
         await self.notify("h")
         return int(status.rpartition(" ")[2] or 0)
 
-    async def owned_elsewhere(self, run_id: str) -> bool:
-        """Whether another process holds a live lease on ``run_id``."""
-        found = await self.pool.fetchval(
-            "SELECT 1 FROM run_leases WHERE run_id = $1 AND owner <> $2 AND expires_at >= now()",
-            run_id,
-            self.owner,
-        )
-        return found is not None
-
     async def unowned(self) -> list[tuple[str, str]]:
         """(chat id, run id) of runs still owed that no live lease covers."""
         return [(r[0], r[1]) for r in await self.pool.fetch(_UNOWNED)]

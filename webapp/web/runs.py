@@ -101,12 +101,8 @@ class RunManager:
     @contextlib.asynccontextmanager
     async def lock(self, chat_id: str) -> AsyncIterator[None]:
         """The chat's lock: this process's, and with other processes theirs too."""
-        async with self._locks.setdefault(chat_id, asyncio.Lock()):
-            if self.cluster is None:
-                yield
-            else:
-                async with self.cluster.chat_lock(chat_id):
-                    yield
+        async with self._locks.setdefault(chat_id, asyncio.Lock()), self.across_processes(chat_id):
+            yield
 
     @contextlib.asynccontextmanager
     async def across_processes(self, key: str) -> AsyncIterator[None]:
