@@ -4,26 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from webhelpers import HX, MakeClient, messages, parse_html
+from webhelpers import HX, MakeClient, messages, parse_html, write_long_chat
 
 from webapp.models import ScriptedModel
-from webapp.stores.sqlite_session import SQLiteSession
-from webapp.transcript import AssistantEntry, UserEntry
 from webapp.web.chat_service import PAGE_RUNS
-from webapp.web.chat_store import ChatStore
 
 RUNS = 60
-
-
-async def long_chat(db: Path) -> str:
-    store = ChatStore(db)
-    chat = await store.create("long")
-    await store.close()
-    async with SQLiteSession(db, wal=True) as session:
-        for n in range(RUNS):
-            entries = [UserEntry(f"question {n}"), AssistantEntry(f"answer {n}")]
-            await session.append(chat.id, entries, run_id=f"run{n:03d}")
-    return chat.id
 
 
 def texts(page) -> list[str]:
@@ -39,7 +25,7 @@ async def test_a_long_chat_opens_at_its_latest_page_and_scrolls_back(
     web_client_factory: MakeClient, tmp_path: Path
 ):
     db = tmp_path / "chat.db"
-    chat_id = await long_chat(db)
+    chat_id = await write_long_chat(db, "long", RUNS)
     client = await web_client_factory(db=db, model=ScriptedModel([]))
     page = await client.page(chat_id)
     first = RUNS - PAGE_RUNS
@@ -70,7 +56,7 @@ async def test_a_message_on_an_older_page_can_be_edited(
     web_client_factory: MakeClient, tmp_path: Path
 ):
     db = tmp_path / "chat.db"
-    chat_id = await long_chat(db)
+    chat_id = await write_long_chat(db, "long", RUNS)
     client = await web_client_factory(db=db, model=ScriptedModel(["new answer"]))
     form = await client.http.get(f"/chats/{chat_id}/messages/run003/edit", headers=HX)
     assert form.status_code == 200

@@ -15,7 +15,10 @@ import httpx
 import uvicorn
 from starlette.applications import Starlette
 
+from webapp.stores.sqlite_session import SQLiteSession
+from webapp.transcript import AssistantEntry, UserEntry
 from webapp.web.app_state import WebApp
+from webapp.web.chat_store import ChatStore
 
 VOID = {
     "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
@@ -312,3 +315,16 @@ async def read_events(
                 if events and events[-1].event == "done":
                     return events
     return events
+
+
+async def write_long_chat(db: Path, title: str, runs: int) -> str:
+    """A chat of ``runs`` runs ("question N" / "answer N", run ids run000, run001 ...)
+    written straight into the SQLite file before any server opens it; returns its id."""
+    store = ChatStore(db)
+    chat = await store.create(title)
+    await store.close()
+    async with SQLiteSession(db, wal=True) as session:
+        for n in range(runs):
+            entries = [UserEntry(f"question {n}"), AssistantEntry(f"answer {n}")]
+            await session.append(chat.id, entries, run_id=f"run{n:03d}")
+    return chat.id

@@ -8,10 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from playwright.sync_api import Page, expect
-
-from webapp.stores.sqlite_session import SQLiteSession
-from webapp.transcript import AssistantEntry, UserEntry
-from webapp.web.chat_store import ChatStore
+from webhelpers import write_long_chat
 
 from .harness import AppFactory
 
@@ -23,23 +20,14 @@ _TEXTS_JS = """
 """
 
 
-async def _write_chat(db: Path) -> str:
-    store = ChatStore(db)
-    chat = await store.create("A long conversation")
-    await store.close()
-    async with SQLiteSession(db, wal=True) as session:
-        for n in range(RUNS):
-            entries = [UserEntry(f"question {n}"), AssistantEntry(f"answer {n}")]
-            await session.append(chat.id, entries, run_id=f"run{n:04d}")
-    return chat.id
-
-
 def test_scrolling_up_a_500_message_chat_shows_every_message_once_in_order(
     start_app: AppFactory, open_page: Callable[..., Page], tmp_path: Path
 ) -> None:
     # Playwright's sync API runs an event loop in this thread: write from another.
     with ThreadPoolExecutor(1) as pool:
-        chat_id = pool.submit(asyncio.run, _write_chat(tmp_path / "chat.db")).result()
+        chat_id = pool.submit(
+            asyncio.run, write_long_chat(tmp_path / "chat.db", "A long conversation", RUNS)
+        ).result()
     server = start_app()
     page = open_page(server)
     page.goto(f"/chats/{chat_id}")
