@@ -435,8 +435,9 @@ async def test_cancel_during_a_save_neither_loses_nor_reorders_it():
     )
     async for event in handle:
         if isinstance(event, RunStarted):
-            # saves: after the model turn (0-0.2 s), after the tool result (0.2-0.4 s)
-            await asyncio.sleep(0.3)
+            # saves: the start's (0-0.2 s, the model call meanwhile), after the model
+            # turn (0.2-0.4 s), after the tool result (0.4-0.6 s)
+            await asyncio.sleep(0.5)
             handle.cancel()
     snapshot = await cp.load("s")
     assert snapshot.status == "interrupted"  # the interrupt was written last
@@ -445,3 +446,50 @@ async def test_cancel_during_a_save_neither_loses_nor_reorders_it():
         "ToolCallEntry",
         "ToolResultEntry",
     ]
+
+
+class GatedCheckpointer(InMemoryCheckpointer):
+    """The first save waits for ``release`` (a slow disk), or fails (a broken one)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.release, self.fail, self.calls = asyncio.Event(), fail, 0
+
+    async def append(self, run_id, entries, head):
+        self.calls += 1
+        if self.calls == 1:
+            await self.release.wait()
+            if self.fail:
+                raise OSError("disk full")
+        await super().append(run_id, entries, head)
+
+
+async def test_the_first_model_request_does_not_wait_for_the_start_save():
+    cp = GatedCheckpointer()
+    handle = Runner.stream(
+        Agent("a", model=ScriptedModel(["hello there"])),
+        "go",
+        checkpoint=CheckpointOptions(cp, "g"),
+    )
+    texts = []
+    async for event in handle:
+        if isinstance(event, TextDelta):
+            texts.append(event.text)
+            assert await cp.load("g") is None  # the model answered while the save waited
+            cp.release.set()
+    assert "".join(texts) == "hello there"
+    snapshot = await cp.load("g")  # and the saves kept their order
+    assert snapshot.status == "completed"
+    assert snapshot.entries == [UserEntry("go"), AssistantEntry("hello there")]
+
+
+async def test_a_failed_start_save_fails_the_run_at_its_next_save():
+    cp = GatedCheckpointer(fail=True)
+    cp.release.set()
+    with pytest.raises(OSError, match="disk full"):
+        await Runner.run(
+            Agent("a", model=ScriptedModel(["hello"])), "go", checkpoint=CheckpointOptions(cp, "f")
+        )
+    snapshot = await cp.load("f")  # the failure is recorded, with what the run had
+    assert snapshot.status == "failed" and "disk full" in snapshot.head.error
+    assert snapshot.entries == [UserEntry("go"), AssistantEntry("hello")]

@@ -4,7 +4,10 @@ A run reads as a short sequence of steps (see `_Run.execute`): prepare the
 checkpoint (start, resume or replay), settle tool calls a crash left without a
 result, then alternate model turns and tool calls until the model answers
 without calling a tool. Saves happen at run start, after every model turn and
-after every tool result, so a crash loses at most the work in flight.
+after every tool result, so a crash loses at most the work in flight. The
+start's save is written while the first model request goes out (a reply's
+first token does not wait for a disk flush); the next save waits for it, and
+its failure fails the run there.
 
 A run with no input after an unfinished assistant reply continues that reply
 (see `webapp.runtime.continuation`).
@@ -159,6 +162,8 @@ class _Run:
     saved: bool = False  # this run has written its checkpoint at least once
     terminal_sent: bool = False
     inflight: asyncio.Future[None] | None = None  # the checkpoint save under way
+    inflight_entries: list[Entry] = field(default_factory=list)  # what that save appends
+    unawaited: bool = False  # nobody has awaited ``inflight`` yet: its error is still owed
 
     def __post_init__(self) -> None:
         self.agent = self.entry_agent
@@ -171,9 +176,13 @@ class _Run:
     async def execute(self) -> RunResult:
         try:
             self._check_arguments()
-            snapshot = await self._existing_snapshot()
+            # Both reads at once: a new run needs the history as soon as it knows it is new.
+            snapshot, history = await asyncio.gather(
+                self._existing_snapshot(), self._load_history()
+            )
             if snapshot is not None and snapshot.status == "completed":
                 return await self._replay(snapshot)
+            self.history = history
             if snapshot is not None:
                 await self._restore(snapshot)
             else:
@@ -246,11 +255,10 @@ class _Run:
         new: list[Entry] = (
             [UserEntry(self.input)] if isinstance(self.input, str) else list(self.input)
         )
-        self.history = await self._load_history()
         self.call_ids = _call_ids(self.history)
         self.head = replace(self.head, context_state=await self._carried_context_state())
         self._add(new)
-        await self._save()  # the user's input is durable at once
+        await self._save(wait=False)  # the input is on its way to disk before the model call
         self.emit(RunStarted(self.run_id, self.agent.name, False))
         await self._hook("on_run_start", self.ctx)
 
@@ -270,7 +278,6 @@ class _Run:
         )
         if self.session_id is None and snapshot.head.session_id:
             self.session_id = self.ctx.session_id = snapshot.head.session_id
-        self.history = await self._load_history()
         self.entries = list(snapshot.entries)
         self.call_ids = _call_ids(self.history) | _call_ids(self.entries)
         await self._save()
@@ -425,9 +432,14 @@ class _Run:
         self.entries.extend(entries)
         self.unsaved.extend(entries)
 
-    async def _save(self) -> None:
+    async def _save(self, *, wait: bool = True) -> None:
+        """Append what is unsaved, after the save before it; ``wait=False`` returns
+        once the save is submitted (it is awaited, and its error raised, next time)."""
         if self.checkpoint is None:
             return
+        if self.unawaited:
+            self.unawaited = False
+            await self._await_save()  # in order; raises if it failed
         new, self.unsaved = self.unsaved, []
         self.head = replace(self.head, updated_at=time.time())
         self.saved = True
@@ -437,7 +449,20 @@ class _Run:
         self.inflight = asyncio.ensure_future(
             self.checkpoint.checkpointer.append(self.run_id, new, self.head)
         )
-        await asyncio.shield(self.inflight)
+        self.inflight_entries, self.unawaited = new, not wait
+        if wait:
+            await self._await_save()
+
+    async def _await_save(self) -> None:
+        assert self.inflight is not None
+        try:
+            await asyncio.shield(self.inflight)
+        except Exception:
+            # An append stores all or nothing: the entries go with the next save
+            # (the failed run's, at least), and this failure is reported once.
+            self.unsaved[:0] = self.inflight_entries
+            self.inflight = None
+            raise
 
     async def _mark(self, status: str, *, error: str | None = None) -> None:
         if self.checkpoint is None or not self.saved:
@@ -447,9 +472,10 @@ class _Run:
         await self._save()
 
     async def _settle_inflight(self) -> None:
-        if self.inflight is not None and not self.inflight.done():
+        self.unawaited = False  # a failed save's error gives way to the run's own outcome
+        if self.inflight is not None:
             with contextlib.suppress(Exception):
-                await self.inflight
+                await self._await_save()
 
     async def _persist_finished(self, entries: list[Entry], head: RunHead) -> None:
         if self.session is not None and self.session_id is not None:
