@@ -9,7 +9,6 @@ from typing import cast
 
 import httpx
 import pytest
-from sse_starlette import ServerSentEvent
 from webhelpers import (
     MakeClient,
     SSEvent,
@@ -334,8 +333,32 @@ async def test_a_burst_of_records_wakes_every_waiting_reader_once():
     assert asyncio.get_running_loop().time() - start >= 0.04
 
 
-def test_encoded_events_are_the_bytes_sse_starlette_would_send():
-    for data in ["<span>a</span>", "a\nb\r\nc\rd", "", "\n", "é 😀"]:
+def test_encoded_events_read_back_as_sent():
+    for data in ["<span>a</span>", "a\nb\r\nc\rd", "", "\n", "é 😀", "x\r\n"]:
         for retry in (None, 1000):
-            expected = ServerSentEvent(data, event="text", id="e.1:5", retry=retry).encode()
-            assert sse.encode("text", data, "e.1:5", retry) == expected
+            raw = sse.encode("text", data, "e.1:5", retry)
+            assert raw.endswith(b"\r\n\r\n") and raw.count(b"\r\n\r\n") == 1  # one event
+            [event] = parse_sse(raw.decode())
+            # a reader sees every line break as one: the fragment's HTML is unchanged
+            assert (event.event, event.id) == ("text", "e.1:5")
+            assert event.data == data.replace("\r\n", "\n").replace("\r", "\n")
+            assert (b"\r\nretry: 1000\r\n" in raw) == (retry is not None)
+
+
+async def test_a_stored_reply_is_one_event_without_a_position():
+    [raw] = [chunk async for chunk in sse.once(DONE, "<p>x</p>")]
+    [stored] = parse_sse(raw.decode())
+    assert (stored.event, stored.data, stored.id) == (DONE, "<p>x</p>", None)
+    assert b"retry: 1000" in raw
+
+
+async def test_a_quiet_stream_sends_a_ping_comment(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(sse, "PING_SECONDS", 0.05)
+    state = RunState("c", "r", "e.1", "hi", ReplyView("r"))
+    state.append(TEXT, "<span>a</span>")
+    events = sse.stream(cast(RunManager, None), state, "e.1", 0)
+    assert b"event: text" in await anext(events)
+    assert await asyncio.wait_for(anext(events), 1) == sse.PING  # nothing new for a while
+    state.append(TEXT, "<span>b</span>")
+    assert b"<span>b</span>" in await asyncio.wait_for(anext(events), 1)
+    await events.aclose()

@@ -19,10 +19,11 @@ Deliberate divergences from a plain event stream:
    the final rendered reply; the page closes the EventSource on it
    (``sse-close``). A reconnect to a finished run with nothing left to send
    gets 204, which tells the browser not to reconnect again.
-3. The run stream hands sse-starlette bytes (`encode`), not `ServerSentEvent`
-   objects: at a model's pace that is one event per token per client, and the
-   library's general encoder (a StringIO and three regex passes) cost more
-   than the rest of this loop. The bytes are the ones it would have sent.
+3. At a model's pace there is one event per token per client, so events are
+   encoded here (`encode`, the stream format's fields in one f-string) and
+   sent by `webapp.web.event_stream`, which does nothing per event but send
+   it. The stream itself says when it has been quiet (a ``ping`` comment)
+   rather than a timer per connection.
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ import math
 import re
 from collections.abc import AsyncIterator
 
-from sse_starlette import ServerSentEvent
-
 from webapp.web.event_names import COALESCED, DONE, RESET
 from webapp.web.run_state import LogRecord, RunState
 from webapp.web.runs import RunManager
@@ -43,15 +42,15 @@ logger = logging.getLogger("webapp.web.sse")
 
 MAX_COALESCE = 512  # records per event, so one event stays a reasonable size
 RETRY_MS = 1000  # how soon a browser reconnects after a dropped stream
-PING_SECONDS = 15
-WAIT_SECONDS = 10.0
+PING_SECONDS = 15.0  # a quiet stream sends a comment this often, so proxies keep it open
+PING = b": ping\r\n\r\n"
 BATCH_WINDOW = 0.03  # seconds: a stream sends at most one batch of deltas per window
 SEND_TIMEOUT = 30.0  # a client that takes no data for this long is dropped
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # each line of data gets its own "data:" field
 
 
 def encode(event: str, data: str, event_id: str, retry: int | None = None) -> bytes:
-    """One event as sse-starlette's ``ServerSentEvent.encode`` writes it (CRLF lines)."""
+    """One event in the stream format: its fields, CRLF line ends, one ``data:`` per line."""
     if "\n" in data or "\r" in data:
         data = "\r\ndata: ".join(_LINE_BREAK.split(data))
     if retry is None:
@@ -90,8 +89,9 @@ def coalesce(records: list[LogRecord], start: int) -> list[tuple[str, str, int]]
     return out
 
 
-async def once(event: str, html: str) -> AsyncIterator[ServerSentEvent]:
-    yield ServerSentEvent(html, event=event, retry=RETRY_MS)
+async def once(event: str, html: str) -> AsyncIterator[bytes]:
+    """One event with no id (a stored reply is no position in a live log)."""
+    yield encode(event, html, "", RETRY_MS).removeprefix(b"id: \r\n")
 
 
 async def stream(
@@ -127,7 +127,9 @@ async def stream(
                 continue
             if state.finished:
                 return  # an abandoned run (shutdown): the client reconnects elsewhere
-            await state.wait_beyond(seq, WAIT_SECONDS)
+            await state.wait_beyond(seq, PING_SECONDS)
+            if state.seq == seq and not state.finished:
+                yield PING
     except asyncio.CancelledError:
         logger.debug("client left run %s at %s", state.run_id, seq)
         raise
