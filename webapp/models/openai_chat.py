@@ -237,7 +237,9 @@ class OpenAIChatModel:
         plain = "content-encoding" not in response.headers  # nothing to decode: a layer less
         pieces = response.aiter_raw() if plain else response.aiter_bytes()
         async for piece in pieces:
-            for part in self._parts(state, lines.split(piece)):
+            # One read holds as many chunks as arrived meanwhile (a fast model, a busy
+            # server): their texts go on as one part, so what follows wakes once.
+            for part in _merged(self._parts(state, lines.split(piece))):
                 yield part
             if state.done:
                 break
@@ -596,3 +598,15 @@ def _public_url(url: str) -> str:
     if "@" not in parts.netloc:
         return url
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def _merged(parts: Iterator[ModelPart]) -> list[ModelPart]:
+    """``parts`` with each run of text (or of reasoning) joined into one part."""
+    out: list[ModelPart] = []
+    for part in parts:
+        kind = type(part)
+        if out and kind is type(out[-1]) and kind in (TextPart, ReasoningPart):
+            out[-1] = kind(out[-1].text + part.text)  # type: ignore[union-attr, call-arg]
+        else:
+            out.append(part)
+    return out
