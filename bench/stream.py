@@ -363,24 +363,28 @@ class Bench:
         response = await http.get(self.endpoint.removesuffix("/v1") + "/stats")
         return dict(response.json())
 
-    async def latency(self, app: App, rounds: int, tokens: int) -> None:
-        results = await self.timed(app, None, 1, tokens, 0, rounds)
+    async def latency(self, app: App, rounds: int, tokens: int, rate: float = 0) -> None:
+        """First token over the app and straight from the endpoint; ``rate`` 0 is a burst."""
+        results = await self.timed(app, None, 1, tokens, rate, rounds)
         async with httpx.AsyncClient(timeout=60) as http:
             emitted = await self.first_tokens(http)
             direct = []
             for _ in range(rounds):
-                _, ask = self.ask(tokens, 0)
+                _, ask = self.ask(tokens, rate)
                 direct.append(await direct_once(http, self.endpoint + "/chat/completions", ask))
         ttft = [s.first_text - s.sent for _, s in results]
         lag = [s.first_text - emitted[rid] for rid, s in results]
-        self.add(app.label, "first token, app (p50 ms)", 1000 * statistics.median(ttft))
-        self.add(app.label, "first token, direct (p50 ms)", 1000 * statistics.median(direct))
+        how = f", paced {rate:g} tok/s" if rate else ""
+        self.add(app.label, f"first token, app{how} (p50 ms)", 1000 * statistics.median(ttft))
+        self.add(app.label, f"first token, direct{how} (p50 ms)", 1000 * statistics.median(direct))
         self.add(
             app.label,
-            "first token added (p50 ms)",
+            f"first token added{how} (p50 ms)",
             1000 * (statistics.median(ttft) - statistics.median(direct)),
         )
-        self.add(app.label, "endpoint's token 1 -> client (p50 ms)", 1000 * statistics.median(lag))
+        self.add(
+            app.label, f"endpoint's token 1 -> client{how} (p50 ms)", 1000 * statistics.median(lag)
+        )
 
     async def timed(
         self, app: App, name: str | None, chats: int, tokens: int, rate: float, rounds: int
@@ -445,6 +449,8 @@ def scenarios(quick: bool) -> dict[str, Callable[[Bench, App], object]]:
     return {
         "fixed": lambda b, a: b.timed(a, "fixed", 50, 1, 0, 1),
         "latency": lambda b, a: b.latency(a, 10 if quick else 20, tokens),
+        # a model at a real pace: its first token does not come with 999 more at once
+        "latency100": lambda b, a: b.latency(a, 10 if quick else 20, 20, 100),
         "burst1": lambda b, a: b.timed(a, "burst, 1 chat", 1, tokens, 0, 5 if quick else 10),
         "burst50": lambda b, a: b.timed(a, "burst, 50 chats", 50, tokens, 0, 1),
         "paced50": lambda b, a: b.timed(
