@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import json
 import sqlite3
 import threading
@@ -504,3 +505,21 @@ async def test_on_connection_thread_runs_on_the_connections_own_thread(tmp_path:
         assert seen != [threading.get_ident()]
         assert db.total_changes == 2  # the same connection aiosqlite drives
         assert list(await db.execute_fetchall("SELECT count(*) FROM t")) == [(2,)]
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+async def test_load_pauses_the_collector_only_while_it_builds(tmp_path: Path, collecting: bool):
+    entries = [UserEntry("q"), AssistantEntry("a")]
+    async with SQLiteSession(tmp_path / "s.db") as session:
+        await session.append("s", entries, run_id="r1")
+        await session.append("s", [UserEntry("more")], run_id="r2")
+        seen: list[bool] = []
+        real = gc.disable
+        try:
+            gc.disable = lambda: (seen.append(True), real())[1]  # type: ignore[assignment]
+            (gc.enable if collecting else gc.disable)()
+            assert await session.load("s") == [*entries, UserEntry("more")]
+            assert seen and gc.isenabled() == collecting  # as it was before the load
+        finally:
+            gc.disable = real  # type: ignore[assignment]
+            gc.enable()
