@@ -51,17 +51,34 @@ async def test_saves_at_start_after_each_model_turn_and_each_tool_result():
         ([type(e).__name__ for e in entries], head.status, head.turns) for entries, head in cp.saves
     ]
     assert shapes == [
-        (["UserEntry"], "running", 0),  # the input is durable before the model is called
+        (["UserEntry"], "running", 0),  # the input's save goes out with the model call
         (["ToolCallEntry", "ToolCallEntry"], "running", 1),
         (["ToolResultEntry"], "running", 1),
         (["ToolResultEntry"], "running", 1),
-        (["AssistantEntry"], "running", 2),
-        ([], "completed", 2),
+        (["AssistantEntry"], "completed", 2),  # nothing runs between: one save, completed
     ]
     # append-only: the saves add up to exactly the run's entries, each once
     snapshot = await cp.load("r")
     assert sum(len(entries) for entries, _ in cp.saves) == len(snapshot.entries) == 6
     assert snapshot.head.output == "done"
+
+
+async def test_a_final_answer_is_saved_before_a_guardrail_runs_on_it():
+    cp = SpyCheckpointer()
+    checked: list[int] = []
+
+    def guardrail(ctx: RunContext, output: str) -> None:
+        checked.append(len(cp.saves))  # saves made when the guardrail runs
+
+    agent = Agent("a", model=ScriptedModel(["done"]), output_guardrails=[guardrail])
+    await Runner.run(agent, "go", checkpoint=CheckpointOptions(cp, "g"))
+    shapes = [([type(e).__name__ for e in entries], head.status) for entries, head in cp.saves]
+    assert shapes == [
+        (["UserEntry"], "running"),
+        (["AssistantEntry"], "running"),  # durable before the guardrail sees it
+        ([], "completed"),
+    ]
+    assert checked == [2]
 
 
 async def test_completed_run_replays_without_touching_the_model(stores):

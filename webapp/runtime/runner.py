@@ -4,7 +4,8 @@ A run reads as a short sequence of steps (see `_Run.execute`): prepare the
 checkpoint (start, resume or replay), settle tool calls a crash left without a
 result, then alternate model turns and tool calls until the model answers
 without calling a tool. Saves happen at run start, after every model turn and
-after every tool result, so a crash loses at most the work in flight. The
+after every tool result, so a crash loses at most the work in flight (a final
+answer with no guardrail or hook after it is saved once, as completed). The
 start's save is written while the first model request goes out (a reply's
 first token does not wait for a disk flush); the next save waits for it, and
 its failure fails the run there.
@@ -338,8 +339,13 @@ class _Run:
         self.head = replace(self.head, turns=self.head.turns + 1)
         self.ctx.turn, self.ctx.usage = self.head.turns, self.head.usage
         self._add([*produced, *calls])
-        await self._save()
+        if calls or not self._nothing_before_finish():
+            await self._save()  # else the completed save, next, holds this turn
         return RunAgain(calls) if calls else FinalOutput(text)
+
+    def _nothing_before_finish(self) -> bool:
+        """No guardrail or hook runs between a final answer and the completed save."""
+        return not self.agent.output_guardrails and self.agent.hooks is None
 
     async def _run_tools(self, calls: list[ToolCallEntry]) -> None:
         tools = self._tools()
@@ -381,6 +387,7 @@ class _Run:
         result = self._result(output, self.finish_reason)
         await self._hook("on_run_end", self.ctx, result)
         self.head = replace(self.head, status="completed", output=output, updated_at=time.time())
+        await self._await_earlier_save()
         self.completed = True  # from here a cancel is too late: the save below is submitted
         await self._save()
         await self._persist_finished(self.entries, self.head)
@@ -437,9 +444,7 @@ class _Run:
         once the save is submitted (it is awaited, and its error raised, next time)."""
         if self.checkpoint is None:
             return
-        if self.unawaited:
-            self.unawaited = False
-            await self._await_save()  # in order; raises if it failed
+        await self._await_earlier_save()
         new, self.unsaved = self.unsaved, []
         self.head = replace(self.head, updated_at=time.time())
         self.saved = True
@@ -451,6 +456,12 @@ class _Run:
         )
         self.inflight_entries, self.unawaited = new, not wait
         if wait:
+            await self._await_save()
+
+    async def _await_earlier_save(self) -> None:
+        """Saves stay in order, and an unawaited save's failure is raised here."""
+        if self.unawaited:
+            self.unawaited = False
             await self._await_save()
 
     async def _await_save(self) -> None:
