@@ -488,7 +488,8 @@ class ChatStore:
         await self._update(chat_id, "stop_requested_run_id = ?", (run_id,))
 
     async def end_run(self, chat_id: str, run_id: str) -> None:
-        """Clear the run in flight, only if it is still this run."""
+        """Clear the run in flight, only if it is still this run, and drop its checkpoint
+        (its entries are in the session by now): one transaction, one flush."""
 
         async def end(tx: Tx) -> None:
             await tx.execute(
@@ -496,6 +497,7 @@ class ChatStore:
                 "continues_run_id = NULL, updated_at = ? WHERE id = ? AND active_run_id = ?",
                 (time.time(), chat_id, run_id),
             )
+            await _delete_checkpoints(tx, [run_id])
 
         await self._store.write(end)
 

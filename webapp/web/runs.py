@@ -166,9 +166,8 @@ class RunManager:
         if self.cluster is not None:  # a new run: nobody else can hold its lease
             await self.cluster.claim(state.run_id, chat_id, state.epoch)
             await self._publish_start(state)
-        options = CheckpointOptions(
-            self.checkpointer, new.run_id, if_run_exists="fail", delete_on_success=True
-        )
+        # Not deleted on success: `end_run` drops the checkpoint with the chat's own update.
+        options = CheckpointOptions(self.checkpointer, new.run_id, if_run_exists="fail")
         self._launch(state, [] if continues is not None else text, options)
         return state
 
@@ -364,8 +363,7 @@ class RunManager:
             return await self.chats.end_continuation(chat_id, run_id, continues, entries, meta)
         if entries:
             await self.session.append(chat_id, entries, run_id=run_id, meta=meta)
-        await self.checkpointer.delete(run_id)
-        await self.chats.end_run(chat_id, run_id)
+        await self.chats.end_run(chat_id, run_id)  # and the checkpoint goes with it
         return entries
 
     def error_text(self, error: BaseException) -> str:
@@ -522,9 +520,7 @@ class RunManager:
         return state
 
     def _launch_resumed(self, state: RunState) -> None:
-        options = CheckpointOptions(
-            self.checkpointer, state.run_id, if_run_exists="resume_only", delete_on_success=True
-        )
+        options = CheckpointOptions(self.checkpointer, state.run_id, if_run_exists="resume_only")
         self._launch(state, [], options)
 
     async def _let_go(self, state: RunState) -> None:
