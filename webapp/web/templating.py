@@ -7,6 +7,7 @@ builds paths from the app's routes without needing a request.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -31,7 +32,7 @@ class Templates:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.env.globals["url_for"] = url_for
+        self.env.globals["url_for"] = _remembered(url_for)
         self.env.globals["events"] = event_names
         self.env.filters["markdown"] = render_markdown
 
@@ -49,3 +50,17 @@ class Templates:
         return HTMLResponse(
             self.render(name, **context), status_code=status_code, headers=dict(headers or {})
         )
+
+
+def _remembered(url_for: UrlFor, size: int = 8192) -> UrlFor:
+    """``url_for`` with its answers kept: a page draws the same few paths dozens of
+    times, and each call walks the route table (the routes never change once built)."""
+    cached = functools.lru_cache(maxsize=size)(url_for)
+
+    def remembered(name: str, /, **params: Any) -> str:
+        try:
+            return cached(name, **params)  # type: ignore[no-any-return]
+        except TypeError:  # an unhashable parameter: ask the routes directly
+            return url_for(name, **params)
+
+    return remembered
