@@ -13,7 +13,7 @@ import json
 from chat_server import ChatServer, Reply, chunk, sse, usage_chunk
 
 from webapp.models import OpenAIChatModel
-from webapp.models.openai_chat import _SSELines, _StreamState
+from webapp.models.chat_stream import SSELines, StreamState
 from webapp.runtime.model import (
     FinishPart,
     ModelPart,
@@ -93,9 +93,9 @@ def test_the_fast_path_reads_what_the_general_reading_reads():
         ({"choices": [{"delta": {"content": 5}}]}, []),
     ]
     for chunk_, parts in cases:
-        state = _StreamState()
+        state = StreamState()
         assert state.feed(chunk_, "endpoint") == parts, chunk_
-    state = _StreamState()
+    state = StreamState()
     state.feed({"choices": [{"delta": {"content": "x"}, "finish_reason": "length"}]}, "e")
     assert state.finish_reason == "length"
     call = {"index": 0, "id": "c1", "function": {"name": "f", "arguments": "{}"}}
@@ -104,7 +104,7 @@ def test_the_fast_path_reads_what_the_general_reading_reads():
 
 
 def test_a_character_split_between_pieces_is_whole_in_its_line():
-    lines = _SSELines()
+    lines = SSELines()
     encoded = 'data: {"x": "é€😀"}\n'.encode()
     pieces = [encoded[:10], encoded[10:11], encoded[11:17], encoded[17:]]
     assert [line for piece in pieces for line in lines.split(piece)] == [encoded.rstrip(b"\n")]

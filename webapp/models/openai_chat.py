@@ -27,9 +27,7 @@ import contextlib
 import json
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
-from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
@@ -47,24 +45,21 @@ from webapp.models.chat_request import (
     prefill_body,
     tool_definition,
 )
-from webapp.runtime.model import (
-    FinishPart,
-    ModelPart,
-    ModelRequest,
-    ReasoningPart,
-    TextPart,
-    ToolCallPart,
-    UsagePart,
+from webapp.models.chat_stream import (
+    MAX_ERROR_TEXT,
+    SSELines,
+    StreamState,
+    error_text,
+    merged,
+    parts_from_completion,
 )
-from webapp.usage import Usage
+from webapp.runtime.model import ModelPart, ModelRequest
 
 logger = logging.getLogger("webapp.models.openai_chat")
 
 _MAX_ERROR_BODY = 64 * 1024
 _DRAIN_SECONDS = 1.0
-_MAX_ERROR_TEXT = 500
 _SSE_FIELDS = frozenset({b"data", b"event", b"id", b"retry"})
-_PLAIN_DELTA = frozenset({"content", "role"})  # a delta that carries only text
 
 
 class OpenAIChatModel:
@@ -225,7 +220,7 @@ class OpenAIChatModel:
         if content_type.startswith("application/json"):
             # A server that ignored stream=True answered with one whole completion.
             raw = await response.aread()
-            for part in _parts_from_completion(self._decode(raw)):
+            for part in parts_from_completion(self._decode(raw)):
                 yield part
             return
         if content_type.startswith("text/html"):
@@ -233,13 +228,13 @@ class OpenAIChatModel:
                 f"{self.public_endpoint} answered with an HTML page, not a Chat Completions "
                 "stream; check --base-url (OpenAI-compatible servers usually end in /v1)"
             )
-        state, lines = _StreamState(), _SSELines()
+        state, lines = StreamState(), SSELines()
         plain = "content-encoding" not in response.headers  # nothing to decode: a layer less
         pieces = response.aiter_raw() if plain else response.aiter_bytes()
         async for piece in pieces:
             # One read holds as many chunks as arrived meanwhile (a fast model, a busy
             # server): their texts go on as one part, so what follows wakes once.
-            for part in _merged(self._parts(state, lines.split(piece))):
+            for part in merged(self._parts(state, lines.split(piece))):
                 yield part
             if state.done:
                 break
@@ -256,7 +251,7 @@ class OpenAIChatModel:
         for part in state.final_parts():
             yield part
 
-    def _parts(self, state: _StreamState, lines: list[bytes]) -> Iterator[ModelPart]:
+    def _parts(self, state: StreamState, lines: list[bytes]) -> Iterator[ModelPart]:
         """The parts the SSE ``lines`` carry; a ``[DONE]`` payload ends the stream.
 
         Each ``data:`` line is one payload. The SSE standard would join
@@ -373,160 +368,6 @@ async def _finish_reading(rest: AsyncIterator[bytes]) -> None:
                 continue  # anything after [DONE] carries no meaning
 
 
-class _SSELines:
-    """A byte stream's lines (CR, LF or CRLF), piece by piece: on bytes, since
-    httpx's ``aiter_lines`` decodes and re-splits every piece (once per token)
-    in three more generator layers, and `json.loads` reads UTF-8 bytes as they
-    are. A CRLF split between pieces yields an extra empty line, which SSE ignores."""
-
-    def __init__(self) -> None:
-        self._partial: list[bytes] = []  # a line still waiting for its end
-
-    def split(self, piece: bytes) -> list[bytes]:
-        if b"\n" not in piece and b"\r" not in piece:
-            self._partial.append(piece)
-            return []
-        if self._partial:
-            self._partial.append(piece)
-            piece = b"".join(self._partial)
-            self._partial.clear()
-        lines = piece.splitlines()
-        if not piece.endswith((b"\n", b"\r")):
-            self._partial.append(lines.pop())
-        return lines
-
-
-@dataclass
-class _PendingCall:
-    call_id: str = ""
-    name: str = ""
-    arguments: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _StreamState:
-    """What one streamed completion has said so far, beyond text."""
-
-    calls: list[_PendingCall] = field(default_factory=list)
-    by_index: dict[int, _PendingCall] = field(default_factory=dict)
-    usage: Usage | None = None
-    finish_reason: str | None = None
-    done: bool = False
-
-    def feed(self, chunk: dict[str, Any], endpoint: str) -> list[ModelPart]:
-        """Absorb one chunk; returns the text and reasoning parts to stream now."""
-        # Nearly every chunk is one choice whose delta is a piece of text: take it
-        # without the general walk below (this runs once per token).
-        choices = chunk.get("choices")
-        if type(choices) is list and len(choices) == 1 and chunk.get("usage") is None:
-            choice = choices[0]
-            delta = choice.get("delta") if type(choice) is dict else None
-            if (
-                type(delta) is dict
-                and delta.keys() <= _PLAIN_DELTA
-                and not choice.get("finish_reason")
-                and not chunk.get("error")
-            ):
-                content = delta.get("content")
-                if type(content) is str:
-                    return [TextPart(content)] if content else []
-        if chunk.get("error"):
-            message = _error_text(chunk["error"])
-            raise ModelError(f"{endpoint} reported an error mid-stream: {message}")
-        usage = chunk.get("usage")
-        if isinstance(usage, dict):
-            self.usage = _usage(usage)
-        parts: list[ModelPart] = []
-        for choice in chunk.get("choices") or []:
-            if not isinstance(choice, dict):
-                raise ModelError(f"{endpoint} sent a chunk whose choices are not objects")
-            delta = choice.get("delta") or {}  # a closing chunk may carry only finish_reason
-            if not isinstance(delta, dict):
-                raise ModelError(f"{endpoint} sent a chunk whose 'delta' is not an object")
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-            if isinstance(reasoning, str) and reasoning:
-                parts.append(ReasoningPart(reasoning))
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                parts.append(TextPart(content))
-            for call_delta in delta.get("tool_calls") or []:
-                if isinstance(call_delta, dict):
-                    self._absorb_call(call_delta)
-            if choice.get("finish_reason"):
-                self.finish_reason = str(choice["finish_reason"])
-        return parts
-
-    def _absorb_call(self, delta: dict[str, Any]) -> None:
-        slot = self._slot_for(delta.get("index"), delta.get("id") or "")
-        function = delta.get("function") or {}
-        if isinstance(function.get("name"), str) and not slot.name:
-            slot.name = function["name"]
-        arguments = function.get("arguments")
-        if isinstance(arguments, str):
-            slot.arguments.append(arguments)
-        elif isinstance(arguments, dict):  # a few servers send an object, not JSON text
-            slot.arguments.append(json.dumps(arguments))
-
-    def _slot_for(self, index: object, call_id: str) -> _PendingCall:
-        known = self.by_index.get(index) if isinstance(index, int) else None
-        # Same index with a different id: a server that numbers every call 0.
-        if known is not None and not (call_id and known.call_id and call_id != known.call_id):
-            if call_id and not known.call_id:
-                known.call_id = call_id
-            return known
-        if index is None and not call_id and self.calls:
-            return self.calls[-1]  # a continuation from a server that omits the index
-        slot = _PendingCall(call_id=call_id)
-        self.calls.append(slot)
-        if isinstance(index, int):
-            self.by_index[index] = slot
-        return slot
-
-    def final_parts(self) -> list[ModelPart]:
-        parts: list[ModelPart] = [
-            ToolCallPart(
-                call.call_id or f"call_{uuid.uuid4().hex[:16]}",
-                call.name,
-                "".join(call.arguments),
-            )
-            for call in self.calls
-        ]
-        if self.usage is not None:
-            parts.append(UsagePart(self.usage))
-        parts.append(FinishPart(self.finish_reason))
-        return parts
-
-
-def _parts_from_completion(body: dict[str, Any]) -> list[ModelPart]:
-    state = _StreamState()
-    if body.get("error"):
-        raise ModelError(f"the model endpoint reported an error: {_error_text(body['error'])}")
-    choices = body.get("choices") or []
-    message = choices[0].get("message") if choices and isinstance(choices[0], dict) else None
-    if not isinstance(message, dict):
-        raise ModelError("the model endpoint answered JSON without choices[0].message")
-    parts: list[ModelPart] = []
-    if isinstance(message.get("reasoning_content"), str) and message["reasoning_content"]:
-        parts.append(ReasoningPart(message["reasoning_content"]))
-    if isinstance(message.get("content"), str) and message["content"]:
-        parts.append(TextPart(message["content"]))
-    for index, call in enumerate(message.get("tool_calls") or []):
-        if isinstance(call, dict):
-            state._absorb_call({**call, "index": index})
-    if isinstance(body.get("usage"), dict):
-        state.usage = _usage(body["usage"])
-    state.finish_reason = choices[0].get("finish_reason")
-    return parts + state.final_parts()
-
-
-def _usage(data: dict[str, Any]) -> Usage:
-    def count(key: str) -> int:
-        value = data.get(key)
-        return value if isinstance(value, int) and value >= 0 else 0
-
-    return Usage(input_tokens=count("prompt_tokens"), output_tokens=count("completion_tokens"))
-
-
 def _provider_message(body: str) -> str:
     """The provider's own error text: JSON ``error.message`` if there is one, else the body."""
     text = body.strip()
@@ -537,19 +378,10 @@ def _provider_message(body: str) -> str:
     if isinstance(data, dict):
         for key in ("error", "message", "detail"):
             if data.get(key):
-                text = _error_text(data[key])
+                text = error_text(data[key])
                 break
     text = " ".join(text.split())
-    return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + " ..."
-
-
-def _error_text(error: object) -> str:
-    if isinstance(error, dict):
-        message = error.get("message") or error.get("msg") or error.get("detail")
-        if message:
-            return str(message)
-        return json.dumps(error)[:_MAX_ERROR_TEXT]
-    return str(error)
+    return text if len(text) <= MAX_ERROR_TEXT else text[:MAX_ERROR_TEXT] + " ..."
 
 
 def _status_hint(status: int, model: str) -> str:
@@ -598,15 +430,3 @@ def _public_url(url: str) -> str:
     if "@" not in parts.netloc:
         return url
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
-
-
-def _merged(parts: Iterator[ModelPart]) -> list[ModelPart]:
-    """``parts`` with each run of text (or of reasoning) joined into one part."""
-    out: list[ModelPart] = []
-    for part in parts:
-        kind = type(part)
-        if out and kind is type(out[-1]) and kind in (TextPart, ReasoningPart):
-            out[-1] = kind(out[-1].text + part.text)  # type: ignore[union-attr, call-arg]
-        else:
-            out.append(part)
-    return out
