@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -280,3 +281,48 @@ async def test_a_list_of_entries_is_the_runs_input():
     result = await Runner.run(Agent("a", model=model), [UserEntry("a"), UserEntry("b")])
     assert model.requests[0] == [UserEntry("a"), UserEntry("b")]
     assert result.entries[:2] == [UserEntry("a"), UserEntry("b")]
+
+
+class BufferedBurstModel:
+    """Parts that are all there already (a model faster than the reader): each costs a
+    little CPU and none waits, so nothing in the model ever hands the loop back."""
+
+    def __init__(self, parts: int, cost: float) -> None:
+        self.parts, self.cost = parts, cost
+        self.first_at = 0.0
+
+    async def stream(self, request: ModelRequest):
+        for i in range(self.parts):
+            until = time.perf_counter() + self.cost
+            while time.perf_counter() < until:
+                pass
+            if i == 0:
+                self.first_at = time.perf_counter()
+            yield TextPart("w ")
+        yield FinishPart("stop")
+
+
+async def test_a_burst_of_buffered_parts_does_not_hold_the_event_loop():
+    model = BufferedBurstModel(parts=600, cost=0.0002)  # 120 ms of work, never waiting
+    gaps: list[float] = []
+    running = True
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while running:
+            await asyncio.sleep(0)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    ticking = asyncio.create_task(ticker())
+    first_seen = 0.0
+    async for event in Runner.stream(Agent("a", model=model), "go"):
+        if isinstance(event, TextDelta) and not first_seen:
+            first_seen = time.perf_counter()
+    running = False
+    await ticking
+    # the first text reached the caller at once, not after the whole burst
+    assert first_seen - model.first_at < 0.02, f"{first_seen - model.first_at:.3f} s"
+    # and the loop served others all along (slices of ~5 ms, not one of 120 ms)
+    assert max(gaps) < 0.05, f"the loop was held for {max(gaps):.3f} s"

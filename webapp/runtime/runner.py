@@ -73,6 +73,9 @@ from webapp.transcript import (
     drop_dangling_tool_calls,
 )
 
+_SLICE = 0.005  # seconds a model's buffered parts may keep the event loop to themselves
+_WAITED = 0.001  # a part that took this long to arrive came after the loop had turns
+
 logger = logging.getLogger("webapp.runtime")
 
 RunInput = Union[str, Sequence[Entry]]
@@ -318,7 +321,19 @@ class _Run:
         )
         reasoning, calls = "", []
         self.partial, self.finish_reason = "", None
+        turned = False  # the loop had a turn since this turn's first text
+        busy_since = ready_at = time.perf_counter()
         async for part in model.stream(request):
+            now = time.perf_counter()
+            if now - ready_at > _WAITED:
+                busy_since = now  # the stream waited for the model: others had their turn
+            elif now - busy_since > _SLICE or (self.partial and not turned):
+                # Parts already buffered (a model faster than this loop) would hold
+                # the event loop: let it serve the other chats and new requests, and
+                # do so right after the first text, so that goes out at once.
+                turned = bool(self.partial)
+                await asyncio.sleep(0)
+                busy_since = time.perf_counter()
             if isinstance(part, TextPart) and part.text:
                 self.partial += part.text
                 self.emit(TextDelta(part.text))
@@ -333,6 +348,7 @@ class _Run:
                 self.head = replace(self.head, usage=self.head.usage + part.usage)
             elif isinstance(part, FinishPart):
                 self.finish_reason = part.reason
+            ready_at = time.perf_counter()
         text, self.partial = self.partial, ""
         produced: list[Entry] = [ReasoningEntry(reasoning)] if reasoning else []
         produced += [AssistantEntry(text)] if text else []
