@@ -43,9 +43,9 @@ from webapp.stores.sqlite_session import (
     _check_id,
     _decode_all,
     _decode_entries,
+    _decode_segments,
     _encode_entries,
     _encode_meta,
-    _segment,
 )
 from webapp.transcript import Entry
 
@@ -116,7 +116,7 @@ class PostgresSession(PostgresBacked):
             "WHERE session_id = $1 ORDER BY seq",
             session_id,
         )
-        return [_segment(session_id, *row) for row in rows]
+        return _decode_segments(session_id, rows)
 
     async def load(self, session_id: str) -> list[Entry]:
         rows = await self._store.fetch(

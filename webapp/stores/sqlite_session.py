@@ -121,7 +121,7 @@ class SQLiteSession(SQLiteBacked):
             "WHERE session_id = ? ORDER BY seq",
             (session_id,),
         )
-        return [_segment(session_id, *row) for row in rows]
+        return _decode_segments(session_id, rows)
 
     async def load(self, session_id: str) -> list[Entry]:
         rows = await self._store.fetchall(
@@ -376,6 +376,12 @@ def _decode_all(session_id: str, rows: list[Any]) -> list[Entry]:
     for seq, run_id, entries_json in rows:
         out.extend(_decode_entries(session_id, seq, run_id, entries_json))
     return out
+
+
+def _decode_segments(session_id: str, rows: list[Any]) -> list[Segment]:
+    """The segments of ``rows`` (seq, run_id, entries_json, meta_json), in order."""
+    with _no_collections():
+        return [_segment(session_id, *row) for row in rows]
 
 
 @contextlib.contextmanager
