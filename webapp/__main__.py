@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import ipaddress
 import logging
 import os
@@ -12,6 +14,11 @@ import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 # Host names a loopback-bound server answers to (plus the bound address itself).
@@ -229,13 +236,32 @@ def import_file(argv: Sequence[str]) -> int:
     return 0
 
 
+def _serve(app: Starlette, host: str, port: int) -> None:
+    """Run ``app`` under uvicorn, telling it when a shutdown begins (SIGINT, SIGTERM):
+    its event streams end at once instead of holding the graceful shutdown for its
+    whole timeout, and the browsers reconnect to whichever process serves next."""
+    import uvicorn
+
+    stopping = app.state.web.stopping
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            with contextlib.suppress(RuntimeError):  # no loop running yet: nothing to end
+                asyncio.get_running_loop().call_soon_threadsafe(stopping.set)
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5
+    )
+    Server(config).run()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["import"]:
         return import_file(argv[1:])
     args = parse_args(argv)
     configure_logging(args.log_level)
-    import uvicorn
 
     from webapp.models.config import describe_model, model_from_settings
     from webapp.stores.postgres import redact_dsn
@@ -271,9 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if token is not None:
         print(f"webapp: open http://{host}:{args.port}/?token={token}", flush=True)
-    uvicorn.run(
-        app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=5
-    )
+    _serve(app, args.host, args.port)
     return 0
 
 

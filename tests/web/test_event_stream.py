@@ -106,3 +106,20 @@ async def test_a_slow_reader_within_the_send_timeout_is_kept(monkeypatch: pytest
         EventStreamResponse(events(), send_timeout=0.2)({}, quiet_receive, send), 2
     )
     assert bodies == [b"a", b"b", b"c", b""]
+
+
+async def test_a_server_shutting_down_ends_the_stream_cleanly():
+    sent: list[dict[str, Any]] = []
+    stopping = asyncio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if message.get("body") == b"a":
+            stopping.set()  # the server begins to shut down while the stream is live
+
+    events = Events([b"a"])
+    response = EventStreamResponse(events(), stopping=stopping)
+    await asyncio.wait_for(response({}, quiet_receive, send), 1)
+    assert events.closed
+    # the body ends properly: the browser's EventSource reconnects, it does not see an error
+    assert [(m["body"], m["more_body"]) for m in sent[1:]] == [(b"a", True), (b"", False)]

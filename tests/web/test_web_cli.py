@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -100,6 +102,58 @@ def test_python_m_webapp_serves_and_prints_one_line(tmp_path: Path):
     # uvicorn shuts down gracefully, then re-raises the signal it caught.
     stderr = proc.stderr.read() if proc.stderr else ""
     assert proc.returncode in (0, -signal.SIGTERM), stderr
+    assert "Traceback" not in stderr, stderr
+
+
+def test_a_shutdown_ends_live_event_streams_at_once(tmp_path: Path):
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "WEBAPP_TOKEN", "WEBAPP_MODEL", "WEBAPP_DB"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "webapp", "--port", str(port), "--db", str(tmp_path / "c.db")]
+    proc = subprocess.Popen(
+        [*command, "--offline-delay", "0.5"],  # a reply that is still streaming at the signal
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                httpx.get(base + "/", timeout=2)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.05)
+        with httpx.Client(base_url=base, timeout=10) as http:
+            chat = http.post("/chats").headers["location"]
+            sent = http.post(
+                chat + "/messages", data={"text": "hi"}, headers={"HX-Request": "true"}
+            )
+            found = re.search(r'sse-connect="([^"]+)"', sent.text)
+            assert found is not None, (sent.status_code, dict(sent.headers), sent.text[:300])
+            with http.stream("GET", html.unescape(found.group(1))) as stream:
+                assert stream.status_code == 200
+                chunks = stream.iter_bytes()
+                next(chunks)  # the stream is live
+                signalled = time.monotonic()
+                proc.send_signal(signal.SIGTERM)
+                for _ in chunks:  # the server ends the stream...
+                    pass
+            ended = time.monotonic() - signalled
+        proc.wait(timeout=15)
+        exited = time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
+    # ...well before uvicorn's graceful shutdown (5 s) would have cut it
+    assert ended < 3 and exited < 4, (ended, exited)
+    stderr = proc.stderr.read() if proc.stderr else ""
     assert "Traceback" not in stderr, stderr
 
 

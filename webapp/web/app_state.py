@@ -6,8 +6,9 @@ patched afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
@@ -33,6 +34,8 @@ class WebApp:
     keeper: LeaseKeeper | None  # with other processes on PostgreSQL (webapp.web.cluster)
     max_message_chars: int
     model_description: str
+    # Set when the server begins to shut down: open event streams end at once.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def web(request: Request) -> WebApp:

@@ -15,8 +15,10 @@ general SSE response does around every send is done here once per connection:
 3. Keep-alive comments are the iterator's business: it knows when it has had
    nothing to say (see `webapp.web.sse.stream`).
 
-A shutdown needs nothing here: the run stream ends itself when the process
-stops running its runs, and uvicorn cancels what is left after its grace period.
+4. A server shutting down ends every stream at once when its ``stopping``
+   event is set (`webapp.__main__` sets it on SIGINT/SIGTERM), rather than
+   holding the graceful shutdown for its full timeout; the browsers reconnect
+   to whichever process serves next.
 """
 
 from __future__ import annotations
@@ -46,9 +48,11 @@ class EventStreamResponse(Response):
         events: AsyncIterator[bytes],
         *,
         send_timeout: float = math.inf,
+        stopping: asyncio.Event | None = None,
     ) -> None:
         self.events = events
         self.send_timeout = send_timeout
+        self.stopping = stopping
         self.status_code, self.background = 200, None
         headers = {**HEADERS, "content-type": self.media_type}
         self.raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
@@ -59,11 +63,17 @@ class EventStreamResponse(Response):
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         pump = loop.create_task(self._pump(send, loop))
         listen: asyncio.Future[Message] = asyncio.ensure_future(receive())
+        stop = loop.create_task(self.stopping.wait()) if self.stopping is not None else None
+        ended = False  # the server ends the stream (shutting down): the body is closed
         try:
             while not pump.done():
+                waiting = (pump, listen) if stop is None else (pump, listen, stop)
                 await asyncio.wait(
-                    (pump, listen), timeout=CHECK_SECONDS, return_when=asyncio.FIRST_COMPLETED
+                    waiting, timeout=CHECK_SECONDS, return_when=asyncio.FIRST_COMPLETED
                 )
+                if stop is not None and stop.done():
+                    ended = not pump.done() and self.sending_since is None
+                    break
                 if listen.done():
                     if listen.result()["type"] == "http.disconnect":
                         break  # the client left
@@ -71,12 +81,15 @@ class EventStreamResponse(Response):
                 elif self._stuck(loop):
                     break
         finally:
-            for task in (pump, listen):
-                task.cancel()
+            for task in (pump, listen, stop):
+                if task is not None:
+                    task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pump  # the iterator's cleanup has run; its errors surface here
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await listen
+        if ended:  # a clean end of stream: the browser reconnects, to the next process
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _pump(self, send: Send, loop: asyncio.AbstractEventLoop) -> None:
         try:

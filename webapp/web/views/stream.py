@@ -37,4 +37,4 @@ async def events(request: Request) -> Response:
     if state.finished and epoch == state.epoch and seq >= state.seq:
         return Response(status_code=204)  # nothing left: tell the browser to stop
     events = sse.stream(app.runs, state, epoch, seq)
-    return EventStreamResponse(events, send_timeout=sse.SEND_TIMEOUT)
+    return EventStreamResponse(events, send_timeout=sse.SEND_TIMEOUT, stopping=app.stopping)
