@@ -33,13 +33,14 @@ async def leave_behind(
     stop_requested: bool = False,
     error: str | None = None,
     checkpoint: bool = True,
+    input: str | None = None,
 ) -> str:
     """What a server killed mid-run leaves in the file; returns the chat id."""
     chats = ChatStore(db)
     cp = SQLiteCheckpointer(db, wal=True)
     try:
         chat = await chats.create("crashed chat")
-        await chats.begin_run(chat.id, NewRun(RUN))
+        await chats.begin_run(chat.id, NewRun(RUN, input=input))
         if stop_requested:
             await chats.request_stop(chat.id, RUN)
         if checkpoint:
@@ -140,6 +141,23 @@ async def test_a_missing_checkpoint_clears_the_run(web_client_factory: MakeClien
     client = await web_client_factory(db=db, model=ScriptedModel([]))
     assert await client.active_run(chat_id) is None
     assert await client.web.session.segments(chat_id) == []
+
+
+async def test_a_run_killed_before_its_first_checkpoint_starts_again_from_its_input(
+    web_client_factory: MakeClient, tmp_path: Path
+):
+    db = tmp_path / "chat.db"
+    chat_id = await leave_behind(db, [], checkpoint=False, input="count please")
+    model = ScriptedModel(["one two three"])
+    client = await web_client_factory(db=db, model=model)
+    await client.wait_idle(chat_id)
+    segments = await client.web.session.segments(chat_id)
+    want = [UserEntry("count please"), AssistantEntry("one two three")]
+    assert [(s.run_id, s.entries) for s in segments] == [(RUN, want)]  # the message is kept
+    assert model.requests == [[UserEntry("count please")]]
+    assert await client.web.store.run_input(RUN) is None  # gone with the finished run
+    page = parse_html((await client.http.get(f"/chats/{chat_id}")).text)
+    assert "count please" in page.text() and "one two three" in page.text()
 
 
 async def test_a_completed_checkpoint_is_replayed_into_the_session(

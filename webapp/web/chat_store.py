@@ -36,7 +36,16 @@ from webapp.web.chat_search import SearchHit
 from webapp.web.chat_tree import Tree
 from webapp.web.session_rows import append_segments, cut_segments, stored_segments
 
-_SCHEMA = """
+_RUN_INPUTS = """
+CREATE TABLE IF NOT EXISTS run_inputs (
+    run_id TEXT PRIMARY KEY,
+    chat_id TEXT NOT NULL,
+    input TEXT NOT NULL
+);
+"""
+
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS chats (
     id TEXT PRIMARY KEY,
     title TEXT NOT NULL DEFAULT '',
@@ -56,8 +65,13 @@ CREATE TABLE IF NOT EXISTS sends (
 );
 CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);
 """
+    + _RUN_INPUTS
+)
 
-_CHECKPOINT_TABLES = ("checkpoint_heads", "checkpoint_entries")
+# What a run in flight resumes from, dropped with it: its checkpoint, and the
+# input it was started with (`begin_run` writes it with the run, before the
+# run's first checkpoint can exist).
+_CHECKPOINT_TABLES = ("checkpoint_heads", "checkpoint_entries", "run_inputs")
 
 _COLUMNS = (
     "id, title, created_at, updated_at, active_run_id, stop_requested_run_id, continues_run_id"
@@ -99,6 +113,7 @@ class NewRun:
     client_id: str | None = None
     title: str | None = None  # the chat's title if it has none yet
     rename: str | None = None  # a new title regardless (the first message was edited)
+    input: str | None = None  # the user's text it starts from, kept while it is in flight
 
 
 @dataclass(frozen=True)
@@ -130,7 +145,7 @@ class ChatStore:
     """
 
     SCHEMA_NAME = "webapp_chats"
-    SCHEMA_VERSION = 5
+    SCHEMA_VERSION = 6
     SCHEMA_SQL = SQLITE_STORES + _SCHEMA + chat_tree.SCHEMA + chat_search.SCHEMA
     MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: "CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);",
@@ -140,9 +155,12 @@ class ChatStore:
         3: SQLITE_STORES + chat_search.SCHEMA + chat_search.REBUILD,
         # Pages of long chats read their switchers' runs by parent.
         4: "CREATE INDEX IF NOT EXISTS chat_runs_by_parent ON chat_runs (chat_id, parent_run_id);",
+        # A crash before a run's first checkpoint restarts it from its input.
+        5: _RUN_INPUTS,
     }
-    # PostgreSQL started with everything above (its own numbering).
-    POSTGRES_SCHEMA_VERSION = 1
+    # PostgreSQL started with everything above but run_inputs (its own numbering).
+    POSTGRES_SCHEMA_VERSION = 2
+    POSTGRES_MIGRATIONS: ClassVar[Mapping[int, str]] = {1: _RUN_INPUTS}
     POSTGRES_SCHEMA_SQL = (
         POSTGRES_STORES
         + _SCHEMA.replace(" REAL ", " DOUBLE PRECISION ")
@@ -159,7 +177,7 @@ class ChatStore:
                 self.SCHEMA_NAME,
                 self.POSTGRES_SCHEMA_VERSION,
                 self.POSTGRES_SCHEMA_SQL,
-                {},
+                self.POSTGRES_MIGRATIONS,
             ),
         )
         self.dialect = self._store.dialect
@@ -316,6 +334,11 @@ class ChatStore:
                 await _delete_checkpoints(tx, archived)
                 message = new.run_id if new.kind == "edit" else node.message_id
                 await chat_tree.add_node(tx, chat_id, new.run_id, node.parent_run_id, message)
+            if new.input is not None:
+                await tx.execute(
+                    "INSERT INTO run_inputs (run_id, chat_id, input) VALUES (?, ?, ?)",
+                    (new.run_id, chat_id, new.input),
+                )
             title = new.rename or new.title
             started = await tx.execute(
                 "UPDATE chats SET active_run_id = ?, stop_requested_run_id = NULL, "
@@ -486,6 +509,15 @@ class ChatStore:
 
     async def request_stop(self, chat_id: str, run_id: str) -> None:
         await self._update(chat_id, "stop_requested_run_id = ?", (run_id,))
+
+    async def run_input(self, run_id: str) -> str | None:
+        """The text the run in flight ``run_id`` was started with, if it had one."""
+
+        async def select(tx: Tx) -> str | None:
+            rows = list(await tx.fetch("SELECT input FROM run_inputs WHERE run_id = ?", (run_id,)))
+            return str(rows[0][0]) if rows else None
+
+        return await self._store.read(select)
 
     async def end_run(self, chat_id: str, run_id: str) -> None:
         """Clear the run in flight, only if it is still this run, and drop its checkpoint

@@ -49,6 +49,7 @@ class RunState:
     lease_lost: bool = False  # another process may have taken the run over: record nothing
     discarded: bool = False  # its chat is being deleted: record nothing
     continues: str | None = None  # the reply (run id) this continuation goes on with
+    from_input: bool = False  # restarted from its input: it never saved a checkpoint
     fresh_text: bool = True  # the next text delta starts a new model turn
     fresh_reasoning: bool = True
     _waiters: set[asyncio.Future[None]] = field(default_factory=set, init=False, repr=False)

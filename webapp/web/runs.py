@@ -29,7 +29,7 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from webapp.events import (
@@ -158,7 +158,11 @@ class RunManager:
         A continuation (``continues``: the reply it goes on with) runs with no
         input; its text streams into that reply.
         """
-        await self.chats.begin_run(chat_id, new)
+        # The input goes with the run's record: a crash before the run's first
+        # checkpoint restarts it from there (see `_recover_one`).
+        await self.chats.begin_run(
+            chat_id, new if continues is not None else replace(new, input=text)
+        )
         if continues is None:
             state = self._new_state(chat_id, new.run_id, text, ReplyView(new.run_id))
         else:
@@ -498,8 +502,15 @@ class RunManager:
         if snapshot is None:
             if continues is not None:  # it finished: fold its stored segment in
                 await self.chats.end_continuation(chat_id, run_id, continues, None, None)
-            else:
-                await self.chats.end_run(chat_id, run_id)
+                return None
+            text = await self.chats.run_input(run_id)
+            if text is not None and not await self._has_segment(chat_id, run_id):
+                # The crash came before the run's first checkpoint: start it again.
+                logger.info("chat %s: restarting run %s from its input", chat_id, run_id)
+                state = self._new_state(chat_id, run_id, text, ReplyView(run_id), epoch)
+                state.from_input = True
+                return state
+            await self.chats.end_run(chat_id, run_id)
             return None
         entries = drop_dangling_tool_calls(snapshot.entries)
         if snapshot.status == "failed":
@@ -519,7 +530,14 @@ class RunManager:
         logger.info("chat %s: resuming run %s (%s)", chat_id, run_id, snapshot.status)
         return state
 
+    async def _has_segment(self, chat_id: str, run_id: str) -> bool:
+        return any(s.run_id == run_id for s in await self.session.segments(chat_id))
+
     def _launch_resumed(self, state: RunState) -> None:
+        if state.from_input:
+            options = CheckpointOptions(self.checkpointer, state.run_id, if_run_exists="fail")
+            self._launch(state, state.input_text, options)
+            return
         options = CheckpointOptions(self.checkpointer, state.run_id, if_run_exists="resume_only")
         self._launch(state, [], options)
 
