@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -26,14 +27,32 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# `python -m webapp` on a disk that never finishes writing a checkpoint: a run's
+# first save is still on its way when the process dies.
+STALLED_CHECKPOINTS = """
+import asyncio, sys
+from webapp.stores import sqlite_checkpoint
+
+async def never(self, run_id, entries, head):
+    await asyncio.Event().wait()
+
+sqlite_checkpoint.SQLiteCheckpointer.append = never
+from webapp.__main__ import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 @contextmanager
-def server(db: Path, port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def server(
+    db: Path, port: int, log: Path, *, stalled: bool = False
+) -> Iterator[subprocess.Popen[bytes]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "WEBAPP_TOKEN"):
         env.pop(name, None)
+    program = ["-c", STALLED_CHECKPOINTS] if stalled else ["-m", "webapp"]
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "webapp", "--port", str(port), "--db", str(db)]
+            [sys.executable, *program, "--port", str(port), "--db", str(db)]
             + ["--offline-delay", "0.01"],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -96,4 +115,37 @@ def test_kill_9_mid_run_then_restart_completes_the_same_run(tmp_path: Path):
         assert text == EXPECTED
         page = parse_html(http.get(f"/chats/{chat_id}").text)
         assert len(page.find_all(data_role="user")) == 1
+        assert len(page.find_all(data_role="assistant")) == 1
+
+
+def test_kill_9_before_the_first_checkpoint_then_restart_keeps_the_message(tmp_path: Path):
+    db, port, log = tmp_path / "chat.db", free_port(), tmp_path / "server.log"
+    base = f"http://127.0.0.1:{port}"
+    with server(db, port, log, stalled=True) as proc, httpx.Client(base_url=base) as http:
+        chat_id = http.post("/chats").headers["location"].rsplit("/", 1)[1]
+        http.post(f"/chats/{chat_id}/messages", data={"text": f"count to {COUNT}"})
+        deadline = time.monotonic() + 10
+        while True:  # the reply streams while its first checkpoint is still being written
+            run_id, status, text = reply_now(http, chat_id)
+            if len(text.split()) >= 20:
+                break
+            assert time.monotonic() < deadline, "the reply did not start streaming"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=5)
+    with sqlite3.connect(db) as conn:  # what the crash left: the run, no checkpoint of it
+        assert conn.execute("SELECT count(*) FROM checkpoint_heads").fetchone() == (0,)
+    with server(db, port, log), httpx.Client(base_url=base, timeout=5) as http:
+        deadline = time.monotonic() + 30
+        while True:
+            again, status, text = reply_now(http, chat_id)
+            assert again == run_id
+            if status == "completed":
+                break
+            assert time.monotonic() < deadline, "the restarted run did not complete"
+            time.sleep(0.1)
+        assert text == EXPECTED
+        page = parse_html(http.get(f"/chats/{chat_id}").text)
+        users = page.find_all(data_role="user")
+        assert len(users) == 1 and f"count to {COUNT}" in users[0].text()
         assert len(page.find_all(data_role="assistant")) == 1
