@@ -6,8 +6,6 @@ disconnect happen below what an in-process transport can imitate.
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -17,50 +15,27 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-from webhelpers import parse_html
+from webhelpers import cli_env, free_port, parse_html, stop_process, wait_serving
 
-ROOT = Path(__file__).resolve().parents[2]
 BODY_TIMEOUT = 1.0  # seconds, given to the server as WEBAPP_BODY_TIMEOUT
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager
 def server(tmp_path: Path, port: int) -> Iterator[subprocess.Popen[bytes]]:
     """The app on 127.0.0.1:``port``; its stderr goes to tmp_path/stderr.txt."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WEBAPP_BODY_TIMEOUT": str(BODY_TIMEOUT)}
-    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "WEBAPP_TOKEN", "WEBAPP_MODEL"):
-        env.pop(name, None)
     command = [sys.executable, "-m", "webapp", "--port", str(port)]
     with (tmp_path / "stderr.txt").open("wb") as err:
         proc = subprocess.Popen(
             [*command, "--db", str(tmp_path / "chat.db")],
             stdout=subprocess.DEVNULL,
             stderr=err,
-            env=env,
+            env=cli_env(WEBAPP_BODY_TIMEOUT=str(BODY_TIMEOUT)),
         )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, "the server exited"
-                assert time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.05)
+        wait_serving(f"http://127.0.0.1:{port}", proc)
         yield proc
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_process(proc)
 
 
 def short_post(port: int) -> socket.socket:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import html
-import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,16 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from webhelpers import cli_env, free_port, stop_process, wait_serving
 
 from webapp.__main__ import allowed_hosts, is_loopback, parse_args, resolve_token
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_loopback_detection_and_tokens():
@@ -64,41 +55,27 @@ def test_flags_fall_back_to_the_environment(monkeypatch: pytest.MonkeyPatch):
 
 def test_python_m_webapp_serves_and_prints_one_line(tmp_path: Path):
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "WEBAPP_TOKEN", "WEBAPP_MODEL", "WEBAPP_DB"):
-        env.pop(name, None)
     db = tmp_path / "chat.db"
     proc = subprocess.Popen(
         [sys.executable, "-m", "webapp", "--port", str(port), "--db", str(db)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env=cli_env(),
         cwd=tmp_path,
     )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
         assert line == f"webapp: serving http://127.0.0.1:{port} (offline model, db {db})"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                response = httpx.get(f"http://127.0.0.1:{port}/", timeout=2)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        base = f"http://127.0.0.1:{port}"
+        wait_serving(base, proc)
+        response = httpx.get(base + "/", timeout=2)
         assert response.status_code == 200
         assert "offline model" in response.text
         assert db.exists()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_process(proc)
     # uvicorn shuts down gracefully, then re-raises the signal it caught.
     stderr = proc.stderr.read() if proc.stderr else ""
     assert proc.returncode in (0, -signal.SIGTERM), stderr
@@ -107,28 +84,18 @@ def test_python_m_webapp_serves_and_prints_one_line(tmp_path: Path):
 
 def test_a_shutdown_ends_live_event_streams_at_once(tmp_path: Path):
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "WEBAPP_TOKEN", "WEBAPP_MODEL", "WEBAPP_DB"):
-        env.pop(name, None)
     command = [sys.executable, "-m", "webapp", "--port", str(port), "--db", str(tmp_path / "c.db")]
     proc = subprocess.Popen(
         [*command, "--offline-delay", "0.5"],  # a reply that is still streaming at the signal
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env=cli_env(),
         cwd=tmp_path,
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(base + "/", timeout=2)
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline and proc.poll() is None
-                time.sleep(0.05)
+        wait_serving(base, proc)
         with httpx.Client(base_url=base, timeout=10) as http:
             chat = http.post("/chats").headers["location"]
             sent = http.post(
@@ -158,14 +125,12 @@ def test_a_shutdown_ends_live_event_streams_at_once(tmp_path: Path):
 
 
 def test_bad_settings_exit_with_a_message(tmp_path: Path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("WEBAPP_MODEL", None)
     result = subprocess.run(
         [sys.executable, "-m", "webapp", "--base-url", "http://127.0.0.1:9/v1", "--db", "x.db"],
         check=False,
         capture_output=True,
         text=True,
-        env=env,
+        env=cli_env(),
         cwd=tmp_path,
         timeout=30,
     )

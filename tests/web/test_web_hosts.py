@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+from webhelpers import cli_env, free_port, stop_process, wait_serving
 
 from webapp import __main__ as cli
 from webapp.__main__ import Machine, allowed_hosts, parse_args, this_machine
 
-ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "a-long-enough-token"
 BOX = Machine(frozenset({"box", "box.lan"}), frozenset({"192.168.1.10", "fd00::10"}))
 LOOPBACK = ["127.0.0.1", "::1", "localhost"]
@@ -85,37 +82,20 @@ def test_a_malformed_allowed_host_is_refused(bad: str, capsys: pytest.CaptureFix
     assert "is not a host name or address" in capsys.readouterr().err
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_a_token_server_refuses_a_foreign_host(tmp_path: Path):
     """A token used to mean "any Host": a forged one was reflected into redirects."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WEBAPP_ALLOWED_HOSTS": "chat.example.com"}
-    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "WEBAPP_MODEL"):
-        env.pop(name, None)
     command = [sys.executable, "-m", "webapp", "--port", str(port), "--token", TOKEN]
     proc = subprocess.Popen(
         [*command, "--db", str(tmp_path / "chat.db")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env=cli_env(WEBAPP_ALLOWED_HOSTS="chat.example.com"),
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                httpx.get(base + "/", timeout=2)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, "the server exited"
-                assert time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.05)
+        wait_serving(base, proc)
         url = f"{base}/?token={TOKEN}"
         foreign = httpx.get(url, headers={"Host": "evil.example"}, timeout=5)
         assert foreign.status_code == 400
@@ -125,11 +105,6 @@ def test_a_token_server_refuses_a_foreign_host(tmp_path: Path):
             assert response.status_code == 303, host
             assert response.headers["location"] == "/"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_process(proc)
     stderr = proc.stderr.read() if proc.stderr else ""
     assert "Traceback" not in stderr, stderr

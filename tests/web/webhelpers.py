@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
+import signal
+import socket
+import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
@@ -294,6 +299,61 @@ async def serve(app: Starlette) -> AsyncIterator[str]:
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 10)
+
+
+# --- `python -m webapp` as a real process ------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+# What the CLI reads from the environment: a test's server gets none of the caller's.
+CLI_SETTINGS = (
+    "OPENAI_BASE_URL",
+    "OPENAI_API_KEY",
+    "WEBAPP_TOKEN",
+    "WEBAPP_MODEL",
+    "WEBAPP_DB",
+    "WEBAPP_ALLOWED_HOSTS",
+    "WEBAPP_LOG_LEVEL",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cli_env(**settings: str) -> dict[str, str]:
+    """The environment for `python -m webapp` from this checkout, with only ``settings``."""
+    env = {k: v for k, v in os.environ.items() if k not in CLI_SETTINGS}
+    return {**env, "PYTHONPATH": str(ROOT), **settings}
+
+
+def wait_serving(base: str, proc: subprocess.Popen[Any], log: Path | None = None) -> None:
+    """Return once the server at ``base`` answers; fail if it exits or takes 20 s."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            httpx.get(base + "/", timeout=2)
+            return
+        except httpx.TransportError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                output = log.read_text() if log is not None else ""
+                raise AssertionError(
+                    f"the server did not start ({proc.poll()})\n{output}"
+                ) from None
+            time.sleep(0.05)
+
+
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM (a graceful shutdown), then SIGKILL if it takes over 10 s."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
 
 
 async def read_events(
