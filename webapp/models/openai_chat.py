@@ -35,6 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from webapp.errors import ModelError
+from webapp.models import asyncio_network
 from webapp.models.chat_request import (
     PREFILL_REFUSED,
     Continuation,
@@ -145,9 +146,13 @@ class OpenAIChatModel:
         # from another loop (tests, a restarted app) gets a fresh client.
         loop = asyncio.get_running_loop()
         if self._client is None or self._client.is_closed or self._client_loop is not loop:
+            # Every connection stays open for the next request: one chat per
+            # connection streams at a time, and a new one costs a handshake.
+            limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
             self._client = httpx.AsyncClient(
                 timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
-                limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+                limits=limits,
+                transport=asyncio_network.transport(limits),
             )
             self._client_loop = loop
         return self._client

@@ -1,0 +1,308 @@
+"""The model client's sockets (`webapp.models.asyncio_network`) against real loopback servers.
+
+Each test runs its own event loop, once on asyncio's and once on uvloop's (the
+app serves on uvloop, whose transports are not asyncio's classes), with a raw
+asyncio server in the same loop that answers exactly as the test needs: a
+stream, a stall, a close or a reset mid-body, a body far larger than the
+read buffer, TLS with a certificate made for the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import subprocess
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import httpcore
+import httpx
+import pytest
+import uvloop
+
+from webapp.errors import ModelError
+from webapp.models import asyncio_network
+from webapp.models.openai_chat import OpenAIChatModel
+from webapp.runtime.model import ModelRequest, TextPart
+from webapp.transcript import UserEntry
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+LOOPS = pytest.mark.parametrize("run", [asyncio.run, uvloop.run], ids=["asyncio", "uvloop"])
+LIMITS = httpx.Limits(max_connections=10, max_keepalive_connections=10)
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def sse(text: str, finish: str | None = None) -> bytes:
+    delta = f'{{"content":"{text}"}}' if finish is None else "{}"
+    reason = "null" if finish is None else f'"{finish}"'
+    return chunk(f'data: {{"choices":[{{"delta":{delta},"finish_reason":{reason}}}]}}\n\n'.encode())
+
+
+STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+
+
+async def read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        (
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
+    return await reader.readexactly(length)
+
+
+async def serving(
+    handler: Handler,
+    body: Callable[[int], Coroutine[Any, Any, None]],
+    tls: ssl.SSLContext | None = None,
+) -> None:
+    """Serve ``handler`` on a loopback port while ``body(port)`` runs."""
+    server = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=tls)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        await body(port)
+
+
+def ask(text: str = "hi") -> ModelRequest:
+    return ModelRequest(system="", entries=[UserEntry(text)])
+
+
+async def texts(model: OpenAIChatModel) -> str:
+    return "".join([p.text async for p in model.stream(ask()) if isinstance(p, TextPart)])
+
+
+@LOOPS
+def test_the_model_streams_through_this_backend(run: Callable[..., Any]) -> None:
+    words = [f"w{i} " for i in range(300)]
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        for _ in range(2):  # one connection serves both requests: it is kept alive
+            await read_request(reader)
+            writer.write(STREAM_HEAD)
+            for i, word in enumerate(words):
+                writer.write(sse(word))
+                if i % 50 == 0:
+                    await writer.drain()
+                    await asyncio.sleep(0.002)
+            writer.write(sse("", "stop") + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            await writer.drain()
+        writer.close()
+
+    async def body(port: int) -> None:
+        async with OpenAIChatModel("m", base_url=f"http://127.0.0.1:{port}/v1") as model:
+            pool = model._http()._transport._pool  # type: ignore[attr-defined]
+            assert isinstance(pool._network_backend, asyncio_network.AsyncioBackend)
+            assert await texts(model) == "".join(words)
+            assert await texts(model) == "".join(words)
+        assert connections == 1
+
+    run(serving(handler, body))
+
+
+@LOOPS
+def test_a_body_larger_than_the_buffer_arrives_whole_with_reading_paused(
+    run: Callable[..., Any],
+) -> None:
+    piece = bytes(range(256)) * 256  # 64 KiB
+    pieces = 32  # 2 MiB in all, eight times the high-water mark
+    biggest = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % (len(piece) * pieces))
+        for _ in range(pieces):
+            writer.write(piece)
+            await writer.drain()  # blocks while the client's reading is paused
+        writer.close()
+
+    async def body(port: int) -> None:
+        nonlocal biggest
+        got = bytearray()
+        async with (
+            httpx.AsyncClient(transport=asyncio_network.transport(LIMITS)) as http,
+            http.stream("GET", f"http://127.0.0.1:{port}/") as response,
+        ):
+            async for data in response.aiter_raw():
+                got += data
+                await asyncio.sleep(0.001)  # a slow reader: the socket fills up
+                stream = response.extensions["network_stream"]
+                biggest = max(biggest, stream._socket.size)
+        assert bytes(got) == piece * pieces
+        # Paused past the high-water mark, and then held: one read of the loop more at most
+        # (uvloop reads up to 256 KiB at once), never the whole body.
+        assert asyncio_network.HIGH_WATER <= biggest <= asyncio_network.HIGH_WATER + 256 * 1024
+
+    run(serving(handler, body))
+
+
+@LOOPS
+def test_a_stalled_stream_times_out_as_a_read_timeout(run: Callable[..., Any]) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(STREAM_HEAD + sse("partial"))
+        await writer.drain()
+        await asyncio.sleep(5)  # then nothing
+        writer.close()
+
+    async def body(port: int) -> None:
+        model = OpenAIChatModel("m", base_url=f"http://127.0.0.1:{port}/v1", timeout=0.3)
+        got: list[str] = []
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(ModelError, match="stalled: no data for 0.3 s"):
+            async for part in model.stream(ask()):
+                if isinstance(part, TextPart):
+                    got.append(part.text)
+        assert 0.25 < loop.time() - start < 2
+        assert got == ["partial"]
+        await model.aclose()
+
+    run(serving(handler, body))
+
+
+@LOOPS
+def test_a_connection_closed_or_reset_mid_stream_is_an_error(run: Callable[..., Any]) -> None:
+    async def closes(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(STREAM_HEAD + sse("half"))
+        await writer.drain()
+        writer.close()
+
+    async def resets(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(STREAM_HEAD + sse("half"))
+        await writer.drain()
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        writer.transport.abort()  # linger 0: an RST, not a FIN
+
+    async def body(port: int) -> None:
+        async with httpx.AsyncClient(transport=asyncio_network.transport(LIMITS)) as http:
+            with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+                async with http.stream("POST", f"http://127.0.0.1:{port}/", json={}) as r:
+                    async for _ in r.aiter_raw():
+                        pass
+
+    run(serving(closes, body))
+    run(serving(resets, body))
+
+
+@LOOPS
+def test_a_refused_connection_is_a_connect_error(run: Callable[..., Any]) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    async def body() -> None:
+        model = OpenAIChatModel("m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0)
+        with pytest.raises(ModelError, match="cannot reach the model endpoint .* unreachable"):
+            await texts(model)
+        await model.aclose()
+
+    run(body())
+
+
+@LOOPS
+def test_an_idle_connection_the_server_closed_is_not_reused(run: Callable[..., Any]) -> None:
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")  # keep-alive...
+        await writer.drain()
+        writer.close()  # ...but the server closes it once idle
+
+    async def body(port: int) -> None:
+        async with httpx.AsyncClient(transport=asyncio_network.transport(LIMITS)) as http:
+            for _ in range(3):
+                assert (await http.get(f"http://127.0.0.1:{port}/")).text == "ok"
+                await asyncio.sleep(0.05)  # the close reaches the client
+        assert connections == 3
+
+    run(serving(handler, body))
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+@LOOPS
+def test_https_endpoints_stream_over_tls(
+    run: Callable[..., Any], certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, key = certificate
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await read_request(reader)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return  # the client refused the certificate
+        writer.write(STREAM_HEAD + sse("secret ") + sse("words") + sse("", "stop"))
+        writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def untrusted(port: int) -> None:
+        model = OpenAIChatModel("m", base_url=f"https://127.0.0.1:{port}/v1", max_retries=0)
+        with pytest.raises(ModelError, match="CERTIFICATE_VERIFY_FAILED"):
+            await texts(model)
+        await model.aclose()
+
+    async def trusted(port: int) -> None:
+        async with OpenAIChatModel("m", base_url=f"https://127.0.0.1:{port}/v1") as model:
+            assert await texts(model) == "secret words"
+
+    run(serving(handler, untrusted, server_tls))
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # httpx trusts what this names
+    run(serving(handler, trusted, server_tls))
+
+
+def test_a_stream_reads_at_most_what_is_asked() -> None:
+    async def body() -> None:
+        socket_ = asyncio_network._Socket()
+        got: list[bytes] = []
+
+        class Transport:
+            def resume_reading(self) -> None:
+                got.append(b"<resumed>")
+
+        stream = asyncio_network.AsyncioStream(Transport(), socket_)  # type: ignore[arg-type]
+        for data in (b"abc", b"defg", b"h"):
+            socket_.data_received(data)
+        assert await stream.read(5) == b"abcde"
+        assert await stream.read(5) == b"fgh"
+        assert socket_.size == 0
+        socket_.data_received(b"xyz")
+        socket_.connection_lost(None)
+        assert await stream.read(10) == b"xyz"
+        assert await stream.read(10) == b""  # the end, and it stays the end
+        with pytest.raises(httpcore.WriteError):
+            await stream.write(b"more")
+
+    asyncio.run(body())
