@@ -196,8 +196,7 @@ async def test_trim_matches_the_reference_on_awkward_outputs(tmp_path: Path, wal
         await session.close()
 
 
-async def test_trim_of_a_run_with_more_outputs_than_one_statement_takes(tmp_path: Path) -> None:
-    # SQLite before 3.48 allows a function 127 arguments: json_set gets them in chunks.
+async def test_trim_of_a_run_with_many_outputs_trims_them_all(tmp_path: Path) -> None:
     outputs = [f"{i:04d}" + "o" * 600 for i in range(130)]
     memory, session = await fill_both([tool_run(0, *outputs), tool_run(1, "x")], tmp_path / "s.db")
     try:
@@ -217,7 +216,7 @@ async def test_trim_beyond_sqlite_integers_trims_nothing(tmp_path: Path) -> None
         assert await session.load("s") == tool_run(0, LONG) + tool_run(1, LONG)
 
 
-async def test_trim_of_a_row_sqlite_cannot_parse_goes_row_by_row(tmp_path: Path) -> None:
+async def test_trim_of_a_row_sqlite_json_cannot_parse(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     async with SQLiteSession(path) as session:
         for i in range(3):

@@ -35,7 +35,6 @@ from webapp.stores.session import (
     check_non_negative,
     new_run_id,
     plan_rewind,
-    trim_entries,
 )
 
 # The encoding and its error messages are the SQLite store's, written once.
@@ -46,6 +45,7 @@ from webapp.stores.sqlite_session import (
     _decode_segments,
     _encode_entries,
     _encode_meta,
+    _trimmed_rows,
 )
 from webapp.transcript import Entry
 
@@ -207,14 +207,7 @@ class PostgresSession(PostgresBacked):
                 session_id,
             )
             older = rows[: max(len(rows) - keep_runs, 0)]
-            updates, total = [], 0
-            for seq, run_id, data in older:
-                entries, count = trim_entries(
-                    _decode_entries(session_id, seq, run_id, data), keep_chars
-                )
-                if count:
-                    updates.append((_encode_entries(entries), session_id, seq))
-                    total += count
+            total, updates = _trimmed_rows(session_id, older, keep_chars)
             if updates:
                 await conn.executemany(
                     "UPDATE session_segments SET entries_json = $1 "

@@ -131,7 +131,10 @@ def trim_output(call_id: str, output: str, keep_chars: int) -> str | None:
     """
     total = len(output)
     prefix = output
-    found = _MARKER.search(output)
+    # A marker ends the output and holds no other line break: only the last
+    # place one could start is looked at, not the whole output.
+    start = output.rfind("\n[trimmed: ")
+    found = _MARKER.search(output, start) if start >= 0 else None
     if found:
         prefix = output[: found.start()]
         total = int(found.group("total"))

@@ -7,8 +7,8 @@ what they change rather than to the session's length:
 - ``rewind`` reads only rows whose end lies past the cut, through an index on
   ``first_entry + entry_count``;
 - ``load`` and ``segments`` are one ordered query;
-- ``trim_tool_results`` lets SQLite's JSON functions find the outputs it may
-  shorten, and rewrites only the rows where one actually gets shorter: a row
+- ``trim_tool_results`` reads only the rows long enough to hold an output it
+  may shorten, and rewrites only those where one actually gets shorter: a row
   left as it was costs no page write and no search-index update.
 
 The rules of ``rewind`` and ``trim_tool_results`` live in
@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 from typing import Any
@@ -33,11 +32,9 @@ from webapp.stores.session import (
     longest_untrimmed,
     new_run_id,
     plan_rewind,
-    trim_entries,
     trim_output,
 )
 from webapp.stores.sqlite import SQLiteBacked, StoredDataError
-from webapp.stores.sqlite_connection import is_busy
 from webapp.transcript import Entry, entry_from_dict, entry_to_dict
 
 SCHEMA_NAME = "session"
@@ -83,26 +80,18 @@ SELECT seq, run_id, first_entry, entries_json FROM session_segments
 WHERE session_id = ? AND first_entry + entry_count > ? ORDER BY seq
 """
 
-# The entries a trim may shorten, found without decoding a row in Python: in
-# the runs before the last :keep_runs, objects of type tool_result whose JSON
+# The rows a trim may shorten: the runs before the last :keep_runs whose JSON
 # is longer than any output `trim_output` leaves alone (in bytes, never fewer
-# than characters). The cheap tests come first: lengths, then the type's text,
-# before SQLite parses the entry for a type written some other way. This only
-# narrows the search: Python decodes each entry found and decides (SQLite's
-# own json_extract would cut an output short at a "\u0000").
-_TRIM_CANDIDATES = """
-SELECT s.seq, s.run_id, e.key, e.value
-FROM session_segments AS s, json_each(s.entries_json) AS e
-WHERE s.session_id = :sid
-  AND s.seq <= (SELECT seq FROM session_segments WHERE session_id = :sid
-                ORDER BY seq DESC LIMIT 1 OFFSET :keep_runs)
-  AND length(CAST(s.entries_json AS BLOB)) > :above
-  AND e.type = 'object' AND typeof(e.key) = 'integer'
-  AND length(CAST(e.value AS BLOB)) > :above
-  AND (instr(e.value, '"tool_result"') > 0 OR json_extract(e.value, '$.type') = 'tool_result')
+# than characters). Python reads them as plain JSON and decides.
+_TRIM_ROWS = """
+SELECT seq, run_id, entries_json FROM session_segments
+WHERE session_id = :sid
+  AND seq <= (SELECT seq FROM session_segments WHERE session_id = :sid
+              ORDER BY seq DESC LIMIT 1 OFFSET :keep_runs)
+  AND length(CAST(entries_json AS BLOB)) > :above
 """
-
-_MAX_PATHS = 50  # per json_set call: SQLite builds before 3.48 allow 127 arguments
+_TRIM_WRITE = "UPDATE session_segments SET entries_json = ? WHERE session_id = ? AND seq = ?"
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _SQL_INT_MAX = 2**63 - 1
 
 
@@ -213,83 +202,51 @@ class SQLiteSession(SQLiteBacked):
         }
 
         async def trim(db: aiosqlite.Connection) -> int:
-            try:
-                found = await db.execute_fetchall(_TRIM_CANDIDATES, params)
-            except sqlite3.OperationalError as exc:
-                if is_busy(exc):
-                    raise
-                # A row SQLite's JSON cannot read ("malformed JSON"), or a
-                # SQLite without JSON functions: the path that decodes every
-                # row in Python trims it, or names the row that is broken.
-                return await _trim_decoding_every_row(db, session_id, keep_chars, keep_runs)
-            trimmed, updates = _trim_updates(session_id, found, keep_chars)
-            for paths, rows in updates.items():
-                await db.executemany(_trim_sql(paths), rows)
+            rows = await db.execute_fetchall(_TRIM_ROWS, params)
+            trimmed, updates = _trimmed_rows(session_id, rows, keep_chars)
+            if updates:
+                await db.executemany(_TRIM_WRITE, updates)
             return trimmed
 
         return await self._store.write(trim)
 
 
-def _trim_updates(
-    session_id: str, found: Iterable[Any], keep_chars: int
-) -> tuple[int, dict[int, list[tuple[Any, ...]]]]:
-    """How many outputs get shorter, and the parameters of `_trim_sql` by path count.
+def _trimmed_rows(
+    session_id: str, rows: Iterable[Any], keep_chars: int
+) -> tuple[int, list[tuple[str, str, int]]]:
+    """How many outputs get shorter, and the new ``entries_json`` of each row that changes.
 
-    Only those outputs are rewritten, by ``json_set`` on their own JSON path:
-    the row's other entries and keys (a newer release's too) are kept as they
-    are; SQLite writes the row back without the spaces `json.dumps` puts in.
+    Rows are read as plain JSON, not as entries: an entry kind or a key this
+    release does not know (a newer one wrote it) is written back as it was,
+    and a row where no output gets shorter is not written at all.
     """
-    edits: dict[int, list[str]] = {}
-    trimmed = 0
-    for seq, run_id, index, text in found:
-        entry = json.loads(text)
-        call_id, output = entry.get("call_id"), entry.get("output")
-        if entry.get("type") != "tool_result" or not isinstance(output, str):
-            continue
-        if not isinstance(call_id, str):
-            problem = ValueError(f"tool_result entry {index} has no string call_id")
-            raise _bad_row(session_id, seq, run_id, "entries_json", problem)
-        shorter = trim_output(call_id, output, keep_chars)
-        if shorter is not None:
-            edits.setdefault(seq, []).extend((f"$[{index}].output", shorter))
-            trimmed += 1
-    updates: dict[int, list[tuple[Any, ...]]] = {}
-    for seq, pairs in edits.items():
-        for start in range(0, len(pairs), 2 * _MAX_PATHS):
-            chunk = pairs[start : start + 2 * _MAX_PATHS]
-            updates.setdefault(len(chunk) // 2, []).append((*chunk, session_id, seq))
+    above = longest_untrimmed(keep_chars)
+    trimmed, updates = 0, []
+    with _no_collections():
+        for seq, run_id, data in rows:
+            try:
+                items = _DECODER.decode(data)
+            except ValueError as exc:
+                raise _bad_row(session_id, seq, run_id, "entries_json", exc) from exc
+            changed = False
+            for index, item in enumerate(items if type(items) is list else ()):
+                if type(item) is not dict or item.get("type") != "tool_result":
+                    continue
+                output = item.get("output")
+                if type(output) is not str or len(output) <= above:
+                    continue
+                call_id = item.get("call_id")
+                if type(call_id) is not str:
+                    problem = ValueError(f"tool_result entry {index} has no string call_id")
+                    raise _bad_row(session_id, seq, run_id, "entries_json", problem)
+                shorter = trim_output(call_id, output, keep_chars)
+                if shorter is not None:
+                    item["output"] = shorter
+                    changed = True
+                    trimmed += 1
+            if changed:
+                updates.append((_COMPACT(items), session_id, seq))
     return trimmed, updates
-
-
-def _trim_sql(paths: int) -> str:
-    return (
-        "UPDATE session_segments SET entries_json = json_set(entries_json"
-        + ", ?, ?" * paths
-        + ") WHERE session_id = ? AND seq = ?"
-    )
-
-
-async def _trim_decoding_every_row(
-    db: aiosqlite.Connection, session_id: str, keep_chars: int, keep_runs: int
-) -> int:
-    rows = list(
-        await db.execute_fetchall(
-            "SELECT seq, run_id, entries_json FROM session_segments "
-            "WHERE session_id = ? ORDER BY seq",
-            (session_id,),
-        )
-    )
-    updates, total = [], 0
-    for seq, run_id, data in rows[: max(len(rows) - keep_runs, 0)]:
-        entries, count = trim_entries(_decode_entries(session_id, seq, run_id, data), keep_chars)
-        if count:
-            updates.append((_encode_entries(entries), session_id, seq))
-            total += count
-    await db.executemany(
-        "UPDATE session_segments SET entries_json = ? WHERE session_id = ? AND seq = ?",
-        updates,
-    )
-    return total
 
 
 # --- whole segments, as stored ----------------------------------------------------
