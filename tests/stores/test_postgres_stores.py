@@ -28,6 +28,7 @@ from webapp.stores.postgres import (
 )
 from webapp.stores.postgres_checkpoint import PostgresCheckpointer
 from webapp.stores.postgres_session import TAIL_SQL, PostgresSession
+from webapp.stores.session import trim_output
 from webapp.stores.sqlite import StoredDataError
 from webapp.transcript import (
     AssistantEntry,
@@ -433,3 +434,39 @@ def test_without_postgresql_its_tests_skip_but_fail_under_ci(
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="CI=true: the PostgreSQL tests must run"):
         missing_postgres(str(info.value))
+
+
+async def test_trim_passes_over_entries_it_does_not_know_and_keeps_their_keys(
+    postgres_dsn: str, raw: asyncpg.Connection
+) -> None:
+    long = "o" * 2_000
+    async with PostgresSession(postgres_dsn) as session:
+        await session.append("s", [UserEntry("later")], run_id="newer")
+        await session.append(
+            "s", [ToolCallEntry("c1", "f", "{}"), ToolResultEntry("c1", long)], run_id="old"
+        )
+        await session.append("s", [UserEntry("last")], run_id="last")
+        alien = [{"type": "image", "url": "https://example.org/a.png", "w": 1}]
+        await raw.execute(
+            "UPDATE session_segments SET entries_json = $1 WHERE run_id = 'newer'",
+            json.dumps(alien),
+        )
+        old = json.loads(
+            await raw.fetchval("SELECT entries_json FROM session_segments WHERE run_id = 'old'")
+        )
+        old[1]["timing"] = {"ms": 12}  # a key a newer release added
+        await raw.execute(
+            "UPDATE session_segments SET entries_json = $1 WHERE run_id = 'old'", json.dumps(old)
+        )
+
+        assert await session.trim_tool_results("s", keep_chars=10) == 1
+
+        stored = {
+            row["run_id"]: json.loads(row["entries_json"])
+            for row in await raw.fetch("SELECT run_id, entries_json FROM session_segments")
+        }
+        assert stored["newer"] == alien
+        assert stored["old"][1]["timing"] == {"ms": 12}
+        assert stored["old"][1]["output"] == trim_output("c1", long, 10)
+        with pytest.raises(StoredDataError, match="run_id='newer'.*image"):
+            await session.load("s")  # reading it is still loud
