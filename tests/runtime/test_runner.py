@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 
@@ -28,6 +29,7 @@ from webapp.events import (
     TurnEnded,
 )
 from webapp.models import ScriptedModel
+from webapp.runtime import runner as runner_module
 from webapp.runtime.model import FinishPart, ModelRequest, TextPart, ToolCallPart
 from webapp.transcript import AssistantEntry, ToolCallEntry, ToolResultEntry, UserEntry
 
@@ -326,3 +328,52 @@ async def test_a_burst_of_buffered_parts_does_not_hold_the_event_loop():
     assert first_seen - model.first_at < 0.02, f"{first_seen - model.first_at:.3f} s"
     # and the loop served others all along (slices of ~5 ms, not one of 120 ms)
     assert max(gaps) < 0.05, f"the loop was held for {max(gaps):.3f} s"
+
+
+class ClockedBurstModel:
+    """Buffered parts, each taking ``step`` seconds on a clock the test controls."""
+
+    def __init__(self, parts: int, step: float) -> None:
+        self.parts, self.step = parts, step
+        self.now = 0.0
+        self.sent = 0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def time(self) -> float:  # wall-clock stamps stay real
+        return time.time()
+
+    async def stream(self, request: ModelRequest):
+        for _ in range(self.parts):
+            self.now += self.step
+            self.sent += 1
+            yield TextPart("w ")
+        yield FinishPart("stop")
+
+
+async def test_a_turns_opening_hands_the_loop_back_more_often(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Right after a send, the send's answer and the page's event stream request
+    # still need turns of the loop: a burst in a turn's first 25 ms keeps it for
+    # 1 ms at a time, later for 5 ms (fewer, larger batches: less CPU).
+    model = ClockedBurstModel(parts=400, step=0.0002)
+    monkeypatch.setattr(runner_module, "time", model)  # the runner reads this clock
+    seen: list[tuple[float, int]] = []  # (clock, parts sent) at each turn the loop gives
+    running = True
+
+    async def ticker() -> None:
+        while running:
+            await asyncio.sleep(0)
+            seen.append((model.now, model.sent))
+
+    ticking = asyncio.create_task(ticker())
+    await Runner.run(Agent("a", model=model), "go")
+    running = False
+    await ticking
+    batches = [(at, b - a) for (_, a), (at, b) in itertools.pairwise(seen) if b > a]
+    opening = [n for at, n in batches if at <= 0.025]
+    later = [n for at, n in batches[:-1] if at > 0.03]  # the last batch is the rest
+    assert opening and max(opening) <= 6, opening  # 1 ms of 0.2 ms parts, and one more
+    assert later and 20 <= min(later) and max(later) <= 26, later

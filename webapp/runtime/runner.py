@@ -74,6 +74,8 @@ from webapp.transcript import (
 )
 
 _SLICE = 0.005  # seconds a model's buffered parts may keep the event loop to themselves
+_OPENING = 0.025  # seconds from a turn's start in which the slice is shorter...
+_OPENING_SLICE = 0.001  # ...so the send's answer and the event stream's request get through
 _WAITED = 0.001  # a part that took this long to arrive came after the loop had turns
 
 logger = logging.getLogger("webapp.runtime")
@@ -322,12 +324,14 @@ class _Run:
         reasoning, calls = "", []
         self.partial, self.finish_reason = "", None
         turned = False  # the loop had a turn since this turn's first text
-        busy_since = ready_at = time.perf_counter()
+        started = busy_since = ready_at = time.perf_counter()
         async for part in model.stream(request):
             now = time.perf_counter()
             if now - ready_at > _WAITED:
                 busy_since = now  # the stream waited for the model: others had their turn
-            elif now - busy_since > _SLICE or (self.partial and not turned):
+            elif now - busy_since > (_SLICE if now - started > _OPENING else _OPENING_SLICE) or (
+                self.partial and not turned
+            ):
                 # Parts already buffered (a model faster than this loop) would hold
                 # the event loop: let it serve the other chats and new requests, and
                 # do so right after the first text, so that goes out at once.
