@@ -56,6 +56,7 @@ from webapp.models.chat_stream import (
 )
 from webapp.runtime.model import ModelPart, ModelRequest
 
+_JSON = json.JSONDecoder()
 logger = logging.getLogger("webapp.models.openai_chat")
 
 _MAX_ERROR_BODY = 64 * 1024
@@ -235,7 +236,9 @@ class OpenAIChatModel:
             )
         state, lines = StreamState(), SSELines()
         plain = "content-encoding" not in response.headers  # nothing to decode: a layer less
-        pieces = response.aiter_raw() if plain else response.aiter_bytes()
+        # The body's own stream when nothing needs decoding: `aiter_raw` would add a
+        # generator around each chunk and count its bytes.
+        pieces = aiter(response.stream) if plain else response.aiter_bytes()  # type: ignore[arg-type]
         async for piece in pieces:
             # One read holds as many chunks as arrived meanwhile (a fast model, a busy
             # server): their texts go on as one part, so what follows wakes once.
@@ -285,10 +288,9 @@ class OpenAIChatModel:
 
     def _decode(self, payload: bytes) -> dict[str, Any]:
         try:
-            try:
-                chunk = json.loads(payload)
-            except UnicodeDecodeError:  # a stray byte reads as U+FFFD, as in text
-                chunk = json.loads(payload.decode("utf-8", "replace"))
+            # Decoded here, not by json.loads: it would first guess the encoding,
+            # once per token. SSE is UTF-8; a stray byte reads as U+FFFD, as in text.
+            chunk = _JSON.decode(payload.decode("utf-8", "replace"))
             problem = "" if isinstance(chunk, dict) else "expected a JSON object"
         except json.JSONDecodeError as exc:
             problem = f"not JSON: {exc.msg}"
