@@ -31,6 +31,7 @@ from webapp.transcript import UserEntry
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 LOOPS = pytest.mark.parametrize("run", [asyncio.run, uvloop.run], ids=["asyncio", "uvloop"])
 LIMITS = httpx.Limits(max_connections=10, max_keepalive_connections=10)
+TIMEOUT = httpx.Timeout(10.0)
 
 
 def chunk(data: bytes) -> bytes:
@@ -132,7 +133,7 @@ def test_a_body_larger_than_the_buffer_arrives_whole_with_reading_paused(
         nonlocal biggest
         got = bytearray()
         async with (
-            httpx.AsyncClient(transport=asyncio_network.transport(LIMITS)) as http,
+            asyncio_network.client(timeout=TIMEOUT, limits=LIMITS) as http,
             http.stream("GET", f"http://127.0.0.1:{port}/") as response,
         ):
             async for data in response.aiter_raw():
@@ -190,7 +191,7 @@ def test_a_connection_closed_or_reset_mid_stream_is_an_error(run: Callable[..., 
         writer.transport.abort()  # linger 0: an RST, not a FIN
 
     async def body(port: int) -> None:
-        async with httpx.AsyncClient(transport=asyncio_network.transport(LIMITS)) as http:
+        async with asyncio_network.client(timeout=TIMEOUT, limits=LIMITS) as http:
             with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
                 async with http.stream("POST", f"http://127.0.0.1:{port}/", json={}) as r:
                     async for _ in r.aiter_raw():
@@ -228,13 +229,42 @@ def test_an_idle_connection_the_server_closed_is_not_reused(run: Callable[..., A
         writer.close()  # ...but the server closes it once idle
 
     async def body(port: int) -> None:
-        async with httpx.AsyncClient(transport=asyncio_network.transport(LIMITS)) as http:
+        async with asyncio_network.client(timeout=TIMEOUT, limits=LIMITS) as http:
             for _ in range(3):
                 assert (await http.get(f"http://127.0.0.1:{port}/")).text == "ok"
                 await asyncio.sleep(0.05)  # the close reaches the client
         assert connections == 3
 
     run(serving(handler, body))
+
+
+@LOOPS
+def test_a_proxy_named_by_the_environment_is_used(
+    run: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    request_lines: list[bytes] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        request_lines.append(head.split(b"\r\n")[0])
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        await reader.readexactly(length)
+        writer.write(STREAM_HEAD + sse("via ") + sse("proxy") + sse("", "stop"))
+        writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    for name in ("http_proxy", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+
+    async def through(port: int) -> None:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+        # Only the proxy knows this host: a direct connection could not even resolve it.
+        async with OpenAIChatModel("m", base_url="http://model.invalid:8000/v1") as model:
+            assert await texts(model) == "via proxy"
+
+    run(serving(proxy, through))
+    assert request_lines == [b"POST http://model.invalid:8000/v1/chat/completions HTTP/1.1"]
 
 
 @pytest.fixture(scope="module")

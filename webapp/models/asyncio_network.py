@@ -10,9 +10,9 @@ keeps what arrived, and a read takes it, or waits on one future with one timer.
 
 httpx and httpcore keep everything else: the connection pool, keep-alive,
 HTTP/1.1 (h11), TLS settings, proxies, redirects and the error types
-(`httpcore.ReadTimeout` becomes `httpx.ReadTimeout` as before). `transport`
-builds httpx's own transport and gives its pool this backend; proxies that
-httpx mounts from the environment keep httpx's default backend.
+(`httpcore.ReadTimeout` becomes `httpx.ReadTimeout` as before). `client`
+builds an ordinary httpx client and gives the pool of its direct connections
+this backend.
 """
 
 from __future__ import annotations
@@ -29,15 +29,18 @@ HIGH_WATER = 256 * 1024  # bytes received and not yet read: reading pauses above
 LOW_WATER = 64 * 1024  # and resumes below this
 
 
-def transport(limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
-    """httpx's transport (system certificates, ``SSL_CERT_FILE``) on `AsyncioBackend`."""
-    made = httpx.AsyncHTTPTransport(limits=limits)
-    pool = getattr(made, "_pool", None)
-    if not isinstance(pool, httpcore.AsyncConnectionPool) or not hasattr(
-        pool, "_network_backend"
-    ):  # an httpx that builds its pool otherwise: it still works, on anyio
-        return made
-    pool._network_backend = AsyncioBackend()
+def client(*, timeout: httpx.Timeout, limits: httpx.Limits) -> httpx.AsyncClient:
+    """An httpx client whose direct connections run on `AsyncioBackend`.
+
+    The client is httpx's own, so proxies named by the environment (HTTP_PROXY,
+    HTTPS_PROXY, ALL_PROXY, NO_PROXY) and SSL_CERT_FILE work as in any httpx
+    client; requests through a proxy keep httpx's default backend.
+    """
+    made = httpx.AsyncClient(timeout=timeout, limits=limits)
+    pool = getattr(getattr(made, "_transport", None), "_pool", None)
+    if isinstance(pool, httpcore.AsyncConnectionPool) and hasattr(pool, "_network_backend"):
+        pool._network_backend = AsyncioBackend()
+    # else an httpx that builds its transport otherwise: it still works, on anyio
     return made
 
 

@@ -150,10 +150,8 @@ class OpenAIChatModel:
             # Every connection stays open for the next request: one chat per
             # connection streams at a time, and a new one costs a handshake.
             limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
-                limits=limits,
-                transport=asyncio_network.transport(limits),
+            self._client = asyncio_network.client(
+                timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout), limits=limits
             )
             self._client_loop = loop
         return self._client
