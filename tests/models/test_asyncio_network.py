@@ -47,6 +47,7 @@ def sse(text: str, finish: str | None = None) -> bytes:
 STREAM_HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 )
+STREAM_END = sse("", "stop") + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
 
 
 async def read_request(reader: asyncio.StreamReader) -> bytes:
@@ -60,6 +61,15 @@ async def read_request(reader: asyncio.StreamReader) -> bytes:
         0,
     )
     return await reader.readexactly(length)
+
+
+async def begin_stream(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *texts: str
+) -> None:
+    """Take the request, then send the stream's head and ``texts``."""
+    await read_request(reader)
+    writer.write(STREAM_HEAD + b"".join(sse(text) for text in texts))
+    await writer.drain()
 
 
 async def serving(
@@ -98,7 +108,7 @@ def test_the_model_streams_through_this_backend(run: Callable[..., Any]) -> None
                 if i % 50 == 0:
                     await writer.drain()
                     await asyncio.sleep(0.002)
-            writer.write(sse("", "stop") + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+            writer.write(STREAM_END)
             await writer.drain()
         writer.close()
 
@@ -152,9 +162,7 @@ def test_a_body_larger_than_the_buffer_arrives_whole_with_reading_paused(
 @LOOPS
 def test_a_stalled_stream_times_out_as_a_read_timeout(run: Callable[..., Any]) -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(STREAM_HEAD + sse("partial"))
-        await writer.drain()
+        await begin_stream(reader, writer, "partial")
         await asyncio.sleep(5)  # then nothing
         writer.close()
 
@@ -177,15 +185,11 @@ def test_a_stalled_stream_times_out_as_a_read_timeout(run: Callable[..., Any]) -
 @LOOPS
 def test_a_connection_closed_or_reset_mid_stream_is_an_error(run: Callable[..., Any]) -> None:
     async def closes(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(STREAM_HEAD + sse("half"))
-        await writer.drain()
+        await begin_stream(reader, writer, "half")
         writer.close()
 
     async def resets(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(STREAM_HEAD + sse("half"))
-        await writer.drain()
+        await begin_stream(reader, writer, "half")
         sock = writer.get_extra_info("socket")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         writer.transport.abort()  # linger 0: an RST, not a FIN
@@ -249,8 +253,7 @@ def test_a_proxy_named_by_the_environment_is_used(
         request_lines.append(head.split(b"\r\n")[0])
         length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
         await reader.readexactly(length)
-        writer.write(STREAM_HEAD + sse("via ") + sse("proxy") + sse("", "stop"))
-        writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        writer.write(STREAM_HEAD + sse("via ") + sse("proxy") + STREAM_END)
         await writer.drain()
         writer.close()
 
@@ -293,8 +296,7 @@ def test_https_endpoints_stream_over_tls(
             await read_request(reader)
         except (asyncio.IncompleteReadError, ConnectionError):
             return  # the client refused the certificate
-        writer.write(STREAM_HEAD + sse("secret ") + sse("words") + sse("", "stop"))
-        writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        writer.write(STREAM_HEAD + sse("secret ") + sse("words") + STREAM_END)
         await writer.drain()
         writer.close()
 
