@@ -327,11 +327,10 @@ class _Run:
         started = busy_since = ready_at = time.perf_counter()
         async for part in model.stream(request):
             now = time.perf_counter()
+            slice_ = _SLICE if now - started > _OPENING else _OPENING_SLICE
             if now - ready_at > _WAITED:
                 busy_since = now  # the stream waited for the model: others had their turn
-            elif now - busy_since > (_SLICE if now - started > _OPENING else _OPENING_SLICE) or (
-                self.partial and not turned
-            ):
+            elif now - busy_since > slice_ or (self.partial and not turned):
                 # Parts already buffered (a model faster than this loop) would hold
                 # the event loop: let it serve the other chats and new requests, and
                 # do so right after the first text, so that goes out at once.
