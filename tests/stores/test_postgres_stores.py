@@ -470,3 +470,15 @@ async def test_trim_passes_over_entries_it_does_not_know_and_keeps_their_keys(
         assert stored["old"][1]["output"] == trim_output("c1", long, 10)
         with pytest.raises(StoredDataError, match="run_id='newer'.*image"):
             await session.load("s")  # reading it is still loud
+
+
+async def test_trim_beyond_postgresql_integers_trims_nothing(postgres_dsn: str) -> None:
+    long = "o" * 2_000
+    runs = [[ToolCallEntry(f"c{i}", "f", "{}"), ToolResultEntry(f"c{i}", long)] for i in range(2)]
+    async with PostgresSession(postgres_dsn) as session:
+        for i, entries in enumerate(runs):
+            await session.append("s", entries, run_id=f"r{i}")
+        assert await session.trim_tool_results("s", keep_runs=2**70) == 0
+        assert await session.trim_tool_results("s", keep_chars=2**70) == 0
+        assert await session.load("s") == runs[0] + runs[1]
+        assert await session.trim_tool_results("s", keep_chars=10) == 1  # the last run is kept

@@ -33,12 +33,14 @@ from webapp.stores.postgres import PostgresBacked
 from webapp.stores.session import (
     Segment,
     check_non_negative,
+    longest_untrimmed,
     new_run_id,
     plan_rewind,
 )
 
 # The encoding and its error messages are the SQLite store's, written once.
 from webapp.stores.sqlite_session import (
+    _SQL_INT_MAX,
     _check_id,
     _decode_all,
     _decode_entries,
@@ -94,6 +96,15 @@ WHERE session_id = $1 AND first_entry + entry_count > $2 ORDER BY seq
 async def lock_session(conn: asyncpg.Connection, session_id: str) -> None:
     """Take ``session_id``'s write lock until the end of the open transaction."""
     await conn.execute(LOCK_SQL, session_id)
+
+
+_TRIM_ROWS = """
+SELECT seq, run_id, entries_json FROM session_segments
+WHERE session_id = $1
+  AND seq <= (SELECT seq FROM session_segments WHERE session_id = $1
+              ORDER BY seq DESC LIMIT 1 OFFSET $2::bigint)
+  AND octet_length(entries_json) > $3::bigint
+"""
 
 
 class PostgresSession(PostgresBacked):
@@ -201,13 +212,14 @@ class PostgresSession(PostgresBacked):
 
         async def trim(conn: asyncpg.Connection) -> int:
             await lock_session(conn, session_id)
+            # As in SQLite: only the older runs long enough to hold an output to shorten.
             rows = await conn.fetch(
-                "SELECT seq, run_id, entries_json FROM session_segments "
-                "WHERE session_id = $1 ORDER BY seq",
+                _TRIM_ROWS,
                 session_id,
+                min(keep_runs, _SQL_INT_MAX),
+                min(longest_untrimmed(keep_chars), _SQL_INT_MAX),
             )
-            older = rows[: max(len(rows) - keep_runs, 0)]
-            total, updates = _trimmed_rows(session_id, older, keep_chars)
+            total, updates = _trimmed_rows(session_id, rows, keep_chars)
             if updates:
                 await conn.executemany(
                     "UPDATE session_segments SET entries_json = $1 "
