@@ -1,4 +1,4 @@
-"""The model client's sockets (`webapp.models.asyncio_network`) against real loopback servers.
+"""The model client's HTTP transport (`webapp.models.asyncio_network`) against real loopback servers.
 
 Each test runs its own event loop, once on asyncio's and once on uvloop's (the
 app serves on uvloop, whose transports are not asyncio's classes), with a raw
@@ -10,6 +10,7 @@ read buffer, TLS with a certificate made for the test.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import socket
 import ssl
 import subprocess
@@ -17,7 +18,6 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-import httpcore
 import httpx
 import pytest
 import uvloop
@@ -38,10 +38,14 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-def sse(text: str, finish: str | None = None) -> bytes:
+def event(text: str, finish: str | None = None) -> bytes:
     delta = f'{{"content":"{text}"}}' if finish is None else "{}"
     reason = "null" if finish is None else f'"{finish}"'
-    return chunk(f'data: {{"choices":[{{"delta":{delta},"finish_reason":{reason}}}]}}\n\n'.encode())
+    return f'data: {{"choices":[{{"delta":{delta},"finish_reason":{reason}}}]}}\n\n'.encode()
+
+
+def sse(text: str, finish: str | None = None) -> bytes:
+    return chunk(event(text, finish))
 
 
 STREAM_HEAD = (
@@ -93,7 +97,7 @@ async def texts(model: OpenAIChatModel) -> str:
 
 
 @LOOPS
-def test_the_model_streams_through_this_backend(run: Callable[..., Any]) -> None:
+def test_the_model_streams_through_this_transport(run: Callable[..., Any]) -> None:
     words = [f"w{i} " for i in range(300)]
     connections = 0
 
@@ -114,8 +118,8 @@ def test_the_model_streams_through_this_backend(run: Callable[..., Any]) -> None
 
     async def body(port: int) -> None:
         async with OpenAIChatModel("m", base_url=f"http://127.0.0.1:{port}/v1") as model:
-            pool = model._http()._transport._pool  # type: ignore[attr-defined]
-            assert isinstance(pool._network_backend, asyncio_network.AsyncioBackend)
+            transport = model._http()._transport  # type: ignore[attr-defined]
+            assert isinstance(transport, asyncio_network.AsyncioTransport)
             assert await texts(model) == "".join(words)
             assert await texts(model) == "".join(words)
         assert connections == 1
@@ -149,8 +153,7 @@ def test_a_body_larger_than_the_buffer_arrives_whole_with_reading_paused(
             async for data in response.aiter_raw():
                 got += data
                 await asyncio.sleep(0.001)  # a slow reader: the socket fills up
-                stream = response.extensions["network_stream"]
-                biggest = max(biggest, stream._socket.size)
+                biggest = max(biggest, response.extensions["connection"].size)
         assert bytes(got) == piece * pieces
         # Paused past the high-water mark, and then held: one read of the loop more at most
         # (uvloop reads up to 256 KiB at once), never the whole body.
@@ -315,26 +318,153 @@ def test_https_endpoints_stream_over_tls(
     run(serving(handler, trusted, server_tls))
 
 
-def test_a_stream_reads_at_most_what_is_asked() -> None:
-    async def body() -> None:
-        socket_ = asyncio_network._Socket()
-        got: list[bytes] = []
+@LOOPS
+def test_a_response_sent_a_byte_at_a_time_reads_whole(run: Callable[..., Any]) -> None:
+    words = ["one ", "two ", "three"]
+    answer = STREAM_HEAD.replace(b"200 OK", b"200 All Good") + b"".join(map(sse, words))
+    answer += STREAM_END
 
-        class Transport:
-            def resume_reading(self) -> None:
-                got.append(b"<resumed>")
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        for i in range(len(answer)):  # every line, header and chunk size cut everywhere
+            writer.write(answer[i : i + 1])
+            await writer.drain()
+            if i % 7 == 0:
+                await asyncio.sleep(0)
+        writer.close()
 
-        stream = asyncio_network.AsyncioStream(Transport(), socket_)  # type: ignore[arg-type]
-        for data in (b"abc", b"defg", b"h"):
-            socket_.data_received(data)
-        assert await stream.read(5) == b"abcde"
-        assert await stream.read(5) == b"fgh"
-        assert socket_.size == 0
-        socket_.data_received(b"xyz")
-        socket_.connection_lost(None)
-        assert await stream.read(10) == b"xyz"
-        assert await stream.read(10) == b""  # the end, and it stays the end
-        with pytest.raises(httpcore.WriteError):
-            await stream.write(b"more")
+    async def body(port: int) -> None:
+        async with (
+            asyncio_network.client(timeout=TIMEOUT, limits=LIMITS) as http,
+            http.stream("POST", f"http://127.0.0.1:{port}/", json={}) as response,
+        ):
+            assert response.reason_phrase == "All Good"
+            assert response.headers["content-type"] == "text/event-stream"
+            got = b"".join([piece async for piece in response.aiter_raw()])
+        events = [event(word) for word in words] + [event("", "stop"), b"data: [DONE]\n\n"]
+        assert got == b"".join(events)
 
-    asyncio.run(body())
+    run(serving(handler, body))
+
+
+@LOOPS
+def test_bodies_end_by_length_by_close_or_too_soon(run: Callable[..., Any]) -> None:
+    answers = [
+        b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello",
+        b"HTTP/1.0 200 OK\r\n\r\nuntil the connection closes",  # no length: the close ends it
+        b"HTTP/1.1 200 OK\r\ncontent-length: 50\r\n\r\ncut short",  # the close comes too soon
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n",  # no last chunk
+        b"this is not HTTP at all\r\n\r\n",
+    ]
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await read_request(reader)
+        writer.write(answers[connections - 1])
+        await writer.drain()
+        writer.close()
+
+    async def body(port: int) -> None:
+        url = f"http://127.0.0.1:{port}/"
+        async with asyncio_network.client(timeout=TIMEOUT, limits=LIMITS) as http:
+            assert (await http.get(url)).text == "hello"
+            assert (await http.get(url)).text == "until the connection closes"
+            with pytest.raises(httpx.RemoteProtocolError, match="closed the connection before"):
+                await http.get(url)
+            with pytest.raises(httpx.RemoteProtocolError, match="closed the connection before"):
+                await http.get(url)
+            with pytest.raises(httpx.RemoteProtocolError, match="malformed HTTP response"):
+                await http.get(url)
+        assert connections == len(answers)
+
+    run(serving(handler, body))
+
+
+@LOOPS
+def test_a_kept_alive_connection_closed_as_it_is_reused_is_replaced(
+    run: Callable[..., Any],
+) -> None:
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        if connections == 1:
+            await read_request(reader)  # the next request arrives, and the server gives up
+            writer.close()
+            return
+        writer.close()
+
+    async def body(port: int) -> None:
+        async with asyncio_network.client(timeout=TIMEOUT, limits=LIMITS) as http:
+            assert (await http.post(f"http://127.0.0.1:{port}/", json={"n": 1})).text == "ok"
+            assert (await http.post(f"http://127.0.0.1:{port}/", json={"n": 2})).text == "ok"
+        assert connections == 2  # the second request went again, on a new connection
+
+    run(serving(handler, body))
+
+
+@LOOPS
+def test_busy_connections_are_limited_and_waiting_for_one_times_out(
+    run: Callable[..., Any],
+) -> None:
+    release = asyncio.Event()
+    connections = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while True:
+            try:
+                await begin_stream(reader, writer, "first")
+            except asyncio.IncompleteReadError:
+                break
+            await release.wait()
+            writer.write(STREAM_END)
+            await writer.drain()
+        writer.close()
+
+    async def body(port: int) -> None:
+        url = f"http://127.0.0.1:{port}/"
+        one = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        async with asyncio_network.client(
+            timeout=httpx.Timeout(10.0, pool=0.2), limits=one
+        ) as http:
+
+            async def whole() -> bytes:
+                async with http.stream("POST", url, json={}) as response:
+                    return b"".join([piece async for piece in response.aiter_raw()])
+
+            first = asyncio.create_task(whole())
+            await asyncio.sleep(0.05)
+            with pytest.raises(httpx.PoolTimeout):
+                await whole()  # the one connection is busy for longer than the pool timeout
+            second = asyncio.create_task(whole())
+            await asyncio.sleep(0.05)
+            release.set()  # the first ends, and the second goes on its connection
+            assert await first == await second
+        assert connections == 1
+
+    run(serving(handler, body))
+
+
+@LOOPS
+def test_a_compressed_stream_is_decoded(run: Callable[..., Any]) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        packed = gzip.compress(event("squeezed ") + event("words") + b"data: [DONE]\n\n")
+        writer.write(STREAM_HEAD.replace(b"\r\n\r\n", b"\r\ncontent-encoding: gzip\r\n\r\n"))
+        writer.write(chunk(packed[:20]) + chunk(packed[20:]) + b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def body(port: int) -> None:
+        async with OpenAIChatModel("m", base_url=f"http://127.0.0.1:{port}/v1") as model:
+            assert await texts(model) == "squeezed words"
+
+    run(serving(handler, body))

@@ -13,6 +13,7 @@ from chat_server import API_KEY, ChatServer, Reply, chunk, sse, text_reply, usag
 
 from webapp.errors import ModelError
 from webapp.models import OpenAIChatModel
+from webapp.models.chat_stream import merged
 from webapp.runtime.model import (
     FinishPart,
     ModelPart,
@@ -58,10 +59,8 @@ async def test_plain_text_streams_with_usage_and_finish_reason(
 ) -> None:
     chat_server.script.append(text_reply("Hel", "lo", " world", usage=(12, 3)))
     parts = await collect(chat_model, hello())
-    assert parts == [
-        TextPart("Hel"),
-        TextPart("lo"),
-        TextPart(" world"),
+    assert merged(parts) == [  # chunks that arrive together come as one part
+        TextPart("Hello world"),
         UsagePart(Usage(input_tokens=12, output_tokens=3)),
         FinishPart("stop"),
     ]
@@ -179,10 +178,8 @@ async def test_reasoning_deltas_become_reasoning_parts(
         )
     )
     parts = await collect(chat_model, hello())
-    assert parts == [
-        ReasoningPart("Let me "),
-        ReasoningPart("think."),
-        ReasoningPart(" Still thinking."),
+    assert merged(parts) == [
+        ReasoningPart("Let me think. Still thinking."),
         TextPart("Answer."),
         FinishPart("stop"),
     ]

@@ -85,7 +85,8 @@ async def test_a_tool_round_trip_through_the_runner(
         ToolResultEntry,
         AssistantEntry,
     ]
-    assert [e.text for e in events if isinstance(e, TextDelta)] == ["12*(3+4) ", "is 84."]
+    # Chunks that arrive together stream as one delta: what counts is that they add up.
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "12*(3+4) is 84."
     assert [type(e) for e in events if isinstance(e, (ToolCallStarted, ToolCallFinished))] == [
         ToolCallStarted,
         ToolCallFinished,
@@ -208,10 +209,8 @@ async def test_reasoning_streams_as_reasoning_deltas_and_is_not_sent_back(
 
     await asyncio.wait_for(drain(), timeout=10)
     result = await handle.result()
-    assert [e.text for e in events if isinstance(e, ReasoningDelta)] == [
-        "The user greets; ",
-        "greet back.",
-    ]
+    reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+    assert reasoning == "The user greets; greet back."
     assert ReasoningEntry("The user greets; greet back.") in result.entries
     assert result.output == "Hello!"
 

@@ -44,10 +44,14 @@ async def test_lines_split_across_pieces_read_as_whole_lines(
     chat_server: ChatServer, chat_model: OpenAIChatModel
 ):
     first, second = data({"content": "Hé"}), data({"content": "llo"})
+    # The pauses make each piece its own read: pieces that arrive together are read as one.
     body: list[str | float] = [
         first[:20],  # a line cut in the middle ...
+        0.05,
         first[20:] + "\r",  # ... and a CRLF cut between its CR ...
+        0.05,
         "\n\r\n: keep-alive\r" + second + "\r\r",  # ... and its LF; CR alone ends lines too
+        0.05,
         data({}, "stop"),  # the last line, with no line break at all
     ]
     chat_server.script.append(Reply(body=body))

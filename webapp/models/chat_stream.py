@@ -192,9 +192,13 @@ def error_text(error: object) -> str:
     return str(error)
 
 
-def merged(parts: Iterable[ModelPart]) -> list[ModelPart]:
-    """``parts`` with each run of text (or of reasoning) joined into one part."""
-    out: list[ModelPart] = []
+def merged(parts: Iterable[ModelPart], into: list[ModelPart] | None = None) -> list[ModelPart]:
+    """``parts`` with each run of text (or of reasoning) joined into one part.
+
+    Appended to ``into`` as they come, so that if ``parts`` fails midway what
+    came before is there.
+    """
+    out: list[ModelPart] = [] if into is None else into
     for part in parts:
         kind = type(part)
         if out and kind is type(out[-1]) and kind in (TextPart, ReasoningPart):

@@ -240,7 +240,14 @@ class OpenAIChatModel:
         async for piece in pieces:
             # One read holds as many chunks as arrived meanwhile (a fast model, a busy
             # server): their texts go on as one part, so what follows wakes once.
-            for part in merged(self._parts(state, lines.split(piece))):
+            batch: list[ModelPart] = []
+            try:
+                merged(self._parts(state, lines.split(piece)), into=batch)
+            except ModelError:
+                for part in batch:  # what came before a malformed chunk is kept
+                    yield part
+                raise
+            for part in batch:
                 yield part
             if state.done:
                 break
