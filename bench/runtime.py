@@ -47,7 +47,8 @@ class TimedCheckpointer:
     """Times every save of a wrapped checkpointer, in order."""
 
     def __init__(self, inner) -> None:
-        self.inner, self.times = inner, []
+        self.inner = inner
+        self.times: list[float] = []
 
     async def append(self, run_id, entries, head: RunHead) -> None:
         start = time.perf_counter()
