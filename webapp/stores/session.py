@@ -131,10 +131,11 @@ def trim_output(call_id: str, output: str, keep_chars: int) -> str | None:
     """
     total = len(output)
     prefix = output
-    # A marker ends the output and holds no other line break: only the last
-    # place one could start is looked at, not the whole output.
-    start = output.rfind("\n[trimmed: ")
-    found = _MARKER.search(output, start) if start >= 0 else None
+    # A marker ends the output and holds no line break but its first character:
+    # if there is one, it starts at the last line break (a one-character search,
+    # several times quicker over a long output than looking for the marker's text).
+    start = output.rfind("\n")
+    found = _MARKER.match(output, start) if start >= 0 else None
     if found:
         prefix = output[: found.start()]
         total = int(found.group("total"))
