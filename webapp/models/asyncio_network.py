@@ -6,8 +6,9 @@ generators on its way out, and anyio's read around each. Here a connection is
 an `asyncio.Protocol` whose bytes go straight into httptools (llhttp, in C:
 uvicorn's parser, already a dependency), and a read hands over every body
 byte that arrived since the last one in a single piece. Reading 50 streams at
-a model's pace (25 tokens/s) cost 60 µs of CPU per token through httpx's
-transport and 25 µs here.
+a model's pace (25 tokens/s) through httpx cost about 60 µs of CPU per token on
+its own transport and about 35 µs on this one; when a fast model's tokens
+arrive together, the saving grows with every token a read holds.
 
 The client stays httpx's own: its API, redirects, content decoding, error
 types, and proxies named by the environment (requests through a proxy keep
@@ -47,7 +48,12 @@ def client(*, timeout: httpx.Timeout, limits: httpx.Limits) -> httpx.AsyncClient
 
 
 class AsyncioTransport(httpx.AsyncBaseTransport):
-    """HTTP/1.1 over kept-alive asyncio connections, at most ``limits.max_connections`` busy."""
+    """HTTP/1.1 over kept-alive asyncio connections.
+
+    At most ``limits.max_connections`` requests are in flight (others wait, up
+    to the pool timeout); up to ``limits.max_keepalive_connections`` idle
+    connections are kept per host for the next request.
+    """
 
     def __init__(self, *, limits: httpx.Limits, ssl_context: ssl.SSLContext | None = None) -> None:
         self._ssl_context = ssl_context
