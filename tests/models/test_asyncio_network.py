@@ -14,7 +14,7 @@ import gzip
 import socket
 import ssl
 import subprocess
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -466,5 +466,43 @@ def test_a_compressed_stream_is_decoded(run: Callable[..., Any]) -> None:
     async def body(port: int) -> None:
         async with OpenAIChatModel("m", base_url=f"http://127.0.0.1:{port}/v1") as model:
             assert await texts(model) == "squeezed words"
+
+    run(serving(handler, body))
+
+
+@LOOPS
+def test_a_body_of_unknown_length_goes_chunked_and_a_head_answer_has_none(
+    run: Callable[..., Any],
+) -> None:
+    received: list[tuple[bytes, bytes]] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:  # the requests of one kept-alive connection
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            if head.startswith(b"HEAD "):
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n")  # and no body
+            else:
+                received.append((head.lower(), await reader.readuntil(b"0\r\n\r\n")))
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+        writer.close()
+
+    async def parts() -> AsyncIterator[bytes]:
+        yield b"hello "
+        yield b""  # an empty part is no chunk: it would end the body
+        yield b"world"
+
+    async def body(port: int) -> None:
+        url = f"http://127.0.0.1:{port}/"
+        async with asyncio_network.client(timeout=TIMEOUT, limits=LIMITS) as http:
+            assert (await http.post(url, content=parts())).text == "ok"
+            head = await asyncio.wait_for(http.head(url), 5)
+            assert head.headers["content-length"] == "5" and head.content == b""
+        [(head_sent, body_sent)] = received
+        assert b"transfer-encoding: chunked" in head_sent
+        assert body_sent == b"6\r\nhello \r\n5\r\nworld\r\n0\r\n\r\n"
 
     run(serving(handler, body))
