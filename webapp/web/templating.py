@@ -31,6 +31,9 @@ class Templates:
             undefined=jinja2.StrictUndefined,  # a missing variable is a bug, not blank text
             trim_blocks=True,
             lstrip_blocks=True,
+            # The templates do not change while the app runs: without this every
+            # render, and every include inside a loop, asks the disk for a file's age.
+            auto_reload=False,
         )
         self.env.globals["url_for"] = _remembered(url_for)
         self.env.globals["events"] = event_names
