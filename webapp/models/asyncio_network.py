@@ -40,9 +40,11 @@ def client(*, timeout: httpx.Timeout, limits: httpx.Limits) -> httpx.AsyncClient
     environment (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY) are mounted as
     in any httpx client -- passing ``transport=`` would turn them off.
     """
-    made = httpx.AsyncClient(timeout=timeout, limits=limits)
+    # One trust store for both (SSL_CERT_FILE and SSL_CERT_DIR are read here), loaded once.
+    trust = httpx.create_ssl_context(trust_env=True)
+    made = httpx.AsyncClient(timeout=timeout, limits=limits, verify=trust)
     if isinstance(getattr(made, "_transport", None), httpx.AsyncHTTPTransport):
-        made._transport = AsyncioTransport(limits=limits)
+        made._transport = AsyncioTransport(limits=limits, ssl_context=trust)
     # else an httpx that keeps its transport elsewhere: it still works, on its own transport
     return made
 
