@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 
+import httpx
 from chat_server import ChatServer, Reply, chunk, sse, usage_chunk
 
 from webapp.models import OpenAIChatModel
@@ -113,3 +115,26 @@ def test_a_character_split_between_pieces_is_whole_in_its_line():
     pieces = [encoded[:10], encoded[10:11], encoded[11:17], encoded[17:]]
     assert [line for piece in pieces for line in lines.split(piece)] == [encoded.rstrip(b"\n")]
     assert json.loads(encoded[6:]) == {"x": "é€😀"}
+
+
+async def test_a_read_of_many_chunks_goes_on_in_several_parts():
+    class OnePiece(httpx.AsyncByteStream):
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield self.data
+
+    words = [f"w{i} " for i in range(300)]
+    body = "".join(chunk({"content": w}) for w in words) + chunk({}, "stop") + sse("[DONE]")
+    response = httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, stream=OnePiece(body.encode())
+    )
+    model = OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1")
+    parts = [part async for part in model._read_stream(response)]
+    texts = [p.text for p in parts if isinstance(p, TextPart)]
+    # All 300 arrived in one read: they go on in a few parts, not one (the run may let
+    # the event loop serve others between them) and not 300.
+    assert "".join(texts) == "".join(words)
+    assert 3 <= len(texts) <= 10
+    assert parts[-1] == FinishPart("stop")
