@@ -347,6 +347,7 @@ class OurStores:
             if trimmed != 999:
                 raise RuntimeError(f"ours trimmed {trimmed} results, not 999")
             conn = sqlite3.connect(self.copy())  # synchronous=FULL, SQLite's default
+            conn.execute("PRAGMA secure_delete = FAST")  # freed pages as the trim has them
             start = time.perf_counter()
             with conn:  # one transaction, committed
                 conn.executemany(_REWRITE, self.rewrites)

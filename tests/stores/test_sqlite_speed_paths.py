@@ -130,6 +130,29 @@ async def test_trim_rewrites_only_the_rows_whose_outputs_get_shorter(
         await session.close()
 
 
+@WAL
+async def test_trim_leaves_the_connections_secure_delete_as_it_was(
+    tmp_path: Path, wal: bool
+) -> None:
+    # A trim frees long outputs with secure_delete FAST (no page writes added for
+    # zeroing them; bench/stores.py shows what that saves); every other write keeps
+    # the connection's own setting, whichever the platform's SQLite chose.
+    runs = [tool_run(i, LONG * 20) for i in range(3)] + [tool_run(3, "short")]
+    _, session = await fill_both(runs, tmp_path / "s.db", wal)
+    store = session._store
+    try:
+        for setting, trimmed in ((1, 2), (0, 0)):
+            await store.execute(f"PRAGMA secure_delete = {setting}")
+            assert await session.trim_tool_results("s", keep_chars=40, keep_runs=2) == trimmed
+            assert await store.fetchall("PRAGMA secure_delete") == [(setting,)]
+        await store.execute("PRAGMA secure_delete = 1")
+        await session.append("s", tool_run(4, LONG * 20), run_id="r4")
+        assert await session.trim_tool_results("s", keep_chars=40) == 1  # run 2, kept before
+        assert await store.fetchall("PRAGMA secure_delete") == [(1,)]
+    finally:
+        await session.close()
+
+
 async def test_trim_keeps_keys_a_newer_release_added(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
     async with SQLiteSession(path) as session:

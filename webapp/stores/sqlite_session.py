@@ -204,8 +204,19 @@ class SQLiteSession(SQLiteBacked):
         async def trim(db: aiosqlite.Connection) -> int:
             rows = await db.execute_fetchall(_TRIM_ROWS, params)
             trimmed, updates = _trimmed_rows(session_id, rows, keep_chars)
-            if updates:
+            if not updates:
+                return trimmed
+            # A row's long output leaves for free pages. With secure_delete on (Debian
+            # builds SQLite so), each freed page is first journaled, then zeroed: the
+            # writes of the update itself, twice over. A trim shortens what the model is
+            # sent, it deletes nothing a user asked to delete: FAST zeroes only where
+            # no page write is added. The connection's own setting is back after.
+            [(before,)] = await db.execute_fetchall("PRAGMA secure_delete")
+            await db.execute("PRAGMA secure_delete = FAST")
+            try:
                 await db.executemany(_TRIM_WRITE, updates)
+            finally:
+                await db.execute(f"PRAGMA secure_delete = {int(before)}")
             return trimmed
 
         return await self._store.write(trim)
