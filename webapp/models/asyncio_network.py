@@ -27,8 +27,9 @@ from typing import cast
 import httptools
 import httpx
 
-HIGH_WATER = 256 * 1024  # body bytes received and not yet read: reading pauses above this
-LOW_WATER = 64 * 1024  # and resumes below this
+# Body bytes received and not yet read: reading pauses above this, until the
+# reader takes them (it takes all there is at once).
+HIGH_WATER = 256 * 1024
 
 _Origin = tuple[str, str, int]  # scheme, host, port
 
@@ -57,7 +58,7 @@ class AsyncioTransport(httpx.AsyncBaseTransport):
     connections are kept per host for the next request.
     """
 
-    def __init__(self, *, limits: httpx.Limits, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, *, limits: httpx.Limits, ssl_context: ssl.SSLContext) -> None:
         self._ssl_context = ssl_context
         self._busy = asyncio.Semaphore(limits.max_connections or 1_000_000)
         self._keep = (
@@ -137,11 +138,7 @@ class AsyncioTransport(httpx.AsyncBaseTransport):
         self, origin: _Origin, request: httpx.Request, timeouts: dict[str, float | None]
     ) -> _Connection:
         scheme, host, port = origin
-        context = None
-        if scheme == "https":
-            if self._ssl_context is None:
-                self._ssl_context = httpx.create_ssl_context(trust_env=True)
-            context = self._ssl_context
+        context = self._ssl_context if scheme == "https" else None
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeouts.get("connect")):
