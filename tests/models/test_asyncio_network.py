@@ -396,8 +396,6 @@ def test_a_kept_alive_connection_closed_as_it_is_reused_is_replaced(
         await writer.drain()
         if connections == 1:
             await read_request(reader)  # the next request arrives, and the server gives up
-            writer.close()
-            return
         writer.close()
 
     async def body(port: int) -> None:
