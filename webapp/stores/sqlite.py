@@ -17,10 +17,17 @@ base of a store built on one. Callers hand it jobs:
   returns only once its transaction has committed, so it is on disk;
 - ``await store.execute(sql, params)`` / ``await store.fetchall(sql, params)``
   are the one-statement forms; consecutive ``execute`` jobs with the same SQL
-  in one batch share a single ``executemany``, and a batch of nothing but
-  such statements runs BEGIN, the statements and COMMIT in one trip to the
-  connection's thread. Each trip costs about what a small write itself does,
-  so this is what brings an append close to the cost of its fsync.
+  in one batch share a single ``executemany``;
+- ``await store.read_direct(fn)`` / ``await store.write_direct(fn)`` are
+  `read` and `write` for a plain function of the `sqlite3.Connection`, run
+  on the connection's own thread: a transaction of many statements in one
+  trip there and back.
+
+Each trip to the connection's thread costs about what a small write itself
+does, and far more while the event loop is busy (the thread waits for the
+GIL), so a batch of nothing but statements and direct functions runs BEGIN,
+all of them and COMMIT in one trip; this is what brings an append close to
+the cost of its fsync.
 
 Invariants, each named for the failure it prevents:
 - one job at a time on the connection: a read can never run inside the
@@ -95,6 +102,9 @@ class _Retry(Exception):
     """Internal: the transaction was rolled back because of a lock; run it again."""
 
 
+DirectFn = Callable[[sqlite3.Connection], Any]
+
+
 @dataclass
 class _Job:
     kind: Literal["read", "write", "close"]
@@ -102,14 +112,27 @@ class _Job:
     future: asyncio.Future[Any]
     sql: str | None = None  # a one-statement job: run with ``params`` instead of ``fn``
     params: Any = ()
+    direct: DirectFn | None = None  # runs on the connection's thread instead of ``fn``
     result: Any = None
     error: BaseException | None = None
 
+    @property
+    def at_once(self) -> bool:
+        """Runs whole on the connection's thread: a statement or a direct function."""
+        return self.sql is not None or self.direct is not None
+
     async def run(self, db: aiosqlite.Connection) -> None:
-        if self.sql is not None:
-            self.result = list(await db.execute_fetchall(self.sql, self.params))
+        if self.at_once:
+            self.result = await on_connection_thread(db, self.run_now)
         elif self.fn is not None:
             self.result = await self.fn(db)
+
+    def run_now(self, conn: sqlite3.Connection) -> Any:
+        """The job's work, on the connection's own thread (`at_once` jobs only)."""
+        if self.sql is not None:
+            return conn.execute(self.sql, self.params).fetchall()
+        assert self.direct is not None
+        return self.direct(conn)
 
 
 class SQLiteStore:
@@ -188,6 +211,16 @@ class SQLiteStore:
         """Run ``fn(db)`` in a committed transaction (maybe shared with other writes)."""
         return await self._submit("write", fn)  # type: ignore[no-any-return]
 
+    async def read_direct(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`read` for a plain function: ``fn(conn)`` runs on the connection's thread,
+        BEGIN and COMMIT included, in one trip. It must not touch asyncio."""
+        return await self._submit("read", None, direct=fn)  # type: ignore[no-any-return]
+
+    async def write_direct(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """`write` for a plain function, run like `read_direct` (and batched like
+        any write: a re-run batch calls it again)."""
+        return await self._submit("write", None, direct=fn)  # type: ignore[no-any-return]
+
     async def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> None:
         """Write one statement, committed like `write`.
 
@@ -221,9 +254,10 @@ class SQLiteStore:
         fn: DbFn | None,
         sql: str | None = None,
         params: Any = (),
+        direct: DirectFn | None = None,
     ) -> Any:
         loop = asyncio.get_running_loop()
-        job = _Job(kind, fn, loop.create_future(), sql, params)
+        job = _Job(kind, fn, loop.create_future(), sql, params, direct)
         if self._runs_inline(job):
             await self._run_inline(job, loop)
         else:
@@ -232,10 +266,10 @@ class SQLiteStore:
         return await job.future
 
     def _runs_inline(self, job: _Job) -> bool:
-        """A one-statement job on an idle, open store needs no worker to start and wake."""
+        """A one-trip job on an idle, open store needs no worker to start and wake."""
         worker = self._worker
         return (
-            job.sql is not None
+            job.at_once
             and job.kind != "close"
             and self._db is not None
             and not self._inline
@@ -349,12 +383,24 @@ class SQLiteStore:
             db = await self._connection()
             if job.sql is not None:
                 job.result = await self._retrying(db, job)
+            elif job.direct is not None:
+                job.result = await self._read_at_once(db, job.direct)
             elif job.fn is not None:
                 # DEFERRED: a read transaction, so several statements see one state.
                 wait = LockWait(self.path, self.busy_timeout)
                 job.result = await run_transaction(db, "BEGIN", job.fn, wait)
         except Exception as exc:  # noqa: BLE001 -- the reader's own error, handed back to it
             job.error = exc
+
+    async def _read_at_once(self, db: aiosqlite.Connection, fn: DirectFn) -> Any:
+        wait = LockWait(self.path, self.busy_timeout)
+        while True:
+            try:
+                return await on_connection_thread(db, partial(_read_now, fn))
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc):
+                    raise
+            await wait.pause("reading")
 
     async def _retrying(self, db: aiosqlite.Connection, job: _Job) -> Any:
         wait = LockWait(self.path, self.busy_timeout)
@@ -381,9 +427,9 @@ class SQLiteStore:
         pending = list(jobs)
         while pending:
             try:
-                if not isolate and all(job.sql is not None for job in pending):
-                    # Statements only: the whole transaction in one trip to the
-                    # connection's thread instead of one trip per statement.
+                if not isolate and all(job.at_once for job in pending):
+                    # The whole transaction in one trip to the connection's
+                    # thread instead of one trip per statement.
                     attempt = partial(self._attempt_at_once, pending)
                     pending = await on_connection_thread(db, attempt)
                 else:
@@ -442,7 +488,7 @@ class SQLiteStore:
         return []
 
     def _attempt_at_once(self, jobs: list[_Job], conn: sqlite3.Connection) -> list[_Job]:
-        """`_attempt` for a batch of statements only, BEGIN and COMMIT included.
+        """`_attempt` for a batch of `at_once` jobs, BEGIN and COMMIT included.
 
         Runs on the connection's own thread; the task running the batch awaits
         it, so nothing else touches ``jobs`` meanwhile.
@@ -455,11 +501,10 @@ class SQLiteStore:
             while index < len(jobs):
                 group = _same_statement(jobs, index)
                 try:
-                    sql = str(group[0].sql)
                     if len(group) > 1:
-                        conn.executemany(sql, [j.params for j in group])
+                        conn.executemany(str(group[0].sql), [j.params for j in group])
                     else:
-                        group[0].result = conn.execute(sql, group[0].params).fetchall()
+                        group[0].result = group[0].run_now(conn)
                 except Exception as exc:  # noqa: BLE001 -- a lock is retried, the rest reported
                     _rollback_now(conn)
                     return _after_failed_write(jobs, exc)
@@ -519,6 +564,15 @@ class SQLiteStore:
 def _rollback_now(conn: sqlite3.Connection) -> None:
     if conn.in_transaction:
         conn.execute("ROLLBACK")
+
+
+def _read_now(fn: DirectFn, conn: sqlite3.Connection) -> Any:
+    """``fn`` in a read transaction, on the connection's thread."""
+    conn.execute("BEGIN")
+    try:
+        return fn(conn)
+    finally:
+        _rollback_now(conn)  # a read transaction ends the same either way
 
 
 def _after_failed_write(jobs: list[_Job], exc: Exception) -> list[_Job]:

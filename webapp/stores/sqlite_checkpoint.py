@@ -12,9 +12,8 @@ provably never committed.
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import Any
-
-import aiosqlite
 
 from webapp.stores.checkpoint import RunHead, RunSnapshot
 from webapp.stores.sqlite import SQLiteBacked, StoredDataError
@@ -76,30 +75,28 @@ class SQLiteCheckpointer(SQLiteBacked):
                 f"(check context_state and output): {exc}"
             ) from None
 
-        async def save(db: aiosqlite.Connection) -> None:
+        def save(conn: sqlite3.Connection) -> None:
             if rows:
-                await db.executemany(_INSERT_ENTRY, rows)
-            await db.execute(_UPSERT_HEAD, (run_id, head_json, len(rows)))
+                conn.executemany(_INSERT_ENTRY, rows)
+            conn.execute(_UPSERT_HEAD, (run_id, head_json, len(rows)))
 
-        await self._store.write(save)
+        await self._store.write_direct(save)
 
     async def load(self, run_id: str) -> RunSnapshot | None:
-        async def query(db: aiosqlite.Connection) -> tuple[Any, list[Any]] | None:
-            heads = list(
-                await db.execute_fetchall(
-                    "SELECT head_json, entry_count FROM checkpoint_heads WHERE run_id = ?",
-                    (run_id,),
-                )
-            )
+        def query(conn: sqlite3.Connection) -> tuple[Any, list[Any]] | None:
+            heads = conn.execute(
+                "SELECT head_json, entry_count FROM checkpoint_heads WHERE run_id = ?",
+                (run_id,),
+            ).fetchall()
             if not heads:
                 return None
-            entries = await db.execute_fetchall(
+            entries = conn.execute(
                 "SELECT idx, entry_json FROM checkpoint_entries WHERE run_id = ? ORDER BY idx",
                 (run_id,),
-            )
-            return heads[0], list(entries)
+            ).fetchall()
+            return heads[0], entries
 
-        found = await self._store.read(query)
+        found = await self._store.read_direct(query)
         if found is None:
             return None
         (head_json, count), rows = found
@@ -107,11 +104,11 @@ class SQLiteCheckpointer(SQLiteBacked):
         return RunSnapshot(run_id, _decode_entries(run_id, count, rows), head)
 
     async def delete(self, run_id: str) -> None:
-        async def remove(db: aiosqlite.Connection) -> None:
-            await db.execute("DELETE FROM checkpoint_entries WHERE run_id = ?", (run_id,))
-            await db.execute("DELETE FROM checkpoint_heads WHERE run_id = ?", (run_id,))
+        def remove(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM checkpoint_entries WHERE run_id = ?", (run_id,))
+            conn.execute("DELETE FROM checkpoint_heads WHERE run_id = ?", (run_id,))
 
-        await self._store.write(remove)
+        await self._store.write_direct(remove)
 
 
 def _decode_head(run_id: str, head_json: str) -> RunHead:

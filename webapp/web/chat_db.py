@@ -8,6 +8,13 @@ from the location: a file path is the SQLite file the app has always used
 database, shared by any number of processes. Where the dialects differ (the
 search index, a session append's lock) the code asks ``tx.dialect``.
 
+On SQLite a transaction runs whole on the connection's own thread: its
+function is a coroutine, but the `Tx` it is handed there runs each statement
+at once, so it never suspends and `run_to_end` drives it in one go. That is
+one trip to the thread per transaction, not one per statement (each trip
+waits for the event loop's thread to let go of the GIL). A transaction
+function must therefore await nothing but its ``tx``.
+
 On PostgreSQL the ``?`` placeholders become ``$1``, ``$2``... once per
 statement text (cached), and a statement's row count comes from its status
 tag. A parameter PostgreSQL cannot type from its context is written with a
@@ -18,10 +25,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+import sqlite3
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
-import aiosqlite
 import asyncpg
 
 from webapp.stores import postgres_checkpoint, postgres_session, sqlite_checkpoint, sqlite_session
@@ -47,24 +54,39 @@ class Tx(Protocol):
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
 
 
-TxFn = Callable[[Tx], Awaitable[T]]
+TxFn = Callable[[Tx], Coroutine[Any, Any, T]]
 
 
 class SQLiteTx:
+    """A transaction on the plain connection, on its own thread: nothing here suspends."""
+
     dialect: Dialect = "sqlite"
 
-    def __init__(self, db: aiosqlite.Connection) -> None:
-        self.db = db
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
-        return list(await self.db.execute_fetchall(sql, params))
+        return self.conn.execute(sql, params).fetchall()
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        cursor = await self.db.execute(sql, params)
-        return cursor.rowcount
+        return self.conn.execute(sql, params).rowcount
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        await self.db.executemany(sql, rows)
+        self.conn.executemany(sql, rows)
+
+
+def run_to_end(fn: TxFn[T], conn: sqlite3.Connection) -> T:
+    """``fn`` on a `SQLiteTx` of ``conn``, driven to its end here and now."""
+    work = fn(SQLiteTx(conn))
+    try:
+        work.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    work.close()
+    raise RuntimeError(
+        f"{fn!r} awaited something besides its transaction; a transaction function "
+        "must await only its tx (it runs whole on the database's thread)"
+    )
 
 
 _PLACEHOLDER = re.compile(r"\?")
@@ -151,10 +173,10 @@ class _SQLiteChats(SQLiteBacked):
         super().__init__(path, wal=True)  # WAL: the file is shared with the other stores
 
     async def read(self, fn: TxFn[T]) -> T:
-        return await self._store.read(lambda db: fn(SQLiteTx(db)))
+        return await self._store.read_direct(lambda conn: run_to_end(fn, conn))
 
     async def write(self, fn: TxFn[T]) -> T:
-        return await self._store.write(lambda db: fn(SQLiteTx(db)))
+        return await self._store.write_direct(lambda conn: run_to_end(fn, conn))
 
 
 class _PostgresChats(PostgresBacked):
