@@ -45,7 +45,7 @@ from webapp.web.fragments import Fragments
 from webapp.web.lease_keeper import LeaseKeeper
 from webapp.web.runs import RunManager
 from webapp.web.security import SecurityMiddleware
-from webapp.web.templating import Templates
+from webapp.web.templating import Templates, by_name
 from webapp.web.views import chat_files, chats, messages, search, stream
 from webapp.web.views.responses import ERROR_TITLES, http_exception
 
@@ -162,7 +162,7 @@ def create_app(
                 f"or pass {name}_dir="
             )
     app = Starlette(routes=routes(static_dir), exception_handlers={HTTPException: http_exception})
-    templates = Templates(templates_dir, app.url_path_for)
+    templates = Templates(templates_dir, by_name(app.routes))
     state = _build_state(db_path, agent, templates, max_message_chars, redact, max_turns)
     app.state.web = state
     app.router.lifespan_context = _lifespan(state)
