@@ -435,7 +435,80 @@ async def as_function(store: SQLiteStore, name: str) -> None:
     await store.write(fn)
 
 
-KINDS = pytest.mark.parametrize("write", [as_statement, as_function], ids=["sql", "fn"])
+async def as_direct(store: SQLiteStore, name: str) -> None:
+    def fn(conn: sqlite3.Connection) -> None:
+        conn.execute(INSERT, (name,))
+
+    await store.write_direct(fn)
+
+
+KINDS = pytest.mark.parametrize(
+    "write", [as_statement, as_function, as_direct], ids=["sql", "fn", "direct"]
+)
+
+
+@WAL
+async def test_a_direct_transaction_is_one_trip_however_many_statements(
+    tmp_path: Path, wal: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with make_store(tmp_path / "items.db", wal=wal) as store:
+        await names(store)  # opened
+        trips = count_trips(monkeypatch)
+
+        def three(conn: sqlite3.Connection) -> int:
+            for name in ("a", "b", "c"):
+                conn.execute(INSERT, (name,))
+            return int(conn.execute("SELECT count(*) FROM items").fetchone()[0])
+
+        def two_reads(conn: sqlite3.Connection) -> tuple[int, list[str]]:
+            count = conn.execute("SELECT count(*) FROM items").fetchone()[0]
+            return count, [r[0] for r in conn.execute("SELECT name FROM items ORDER BY name")]
+
+        assert await store.write_direct(three) == 3
+        assert trips[0] == 1  # BEGIN, three INSERTs, the SELECT and COMMIT
+        assert await store.read_direct(two_reads) == (3, ["a", "b", "c"])
+        assert trips[0] == 2
+
+
+async def test_a_direct_read_sees_one_state_while_another_connection_commits(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "items.db"
+    async with make_store(path, wal=True) as store:
+        await store.execute(INSERT, ("before",))
+
+        def read(conn: sqlite3.Connection) -> tuple[list[str], list[str]]:
+            first = [r[0] for r in conn.execute("SELECT name FROM items ORDER BY name")]
+            with closing(raw(path)) as other:  # commits between the read's two statements
+                other.execute(INSERT, ("meanwhile",))
+            second = [r[0] for r in conn.execute("SELECT name FROM items ORDER BY name")]
+            return first, second
+
+        assert await store.read_direct(read) == (["before"], ["before"])
+        assert await names(store) == ["before", "meanwhile"]  # the read ended: seen now
+
+
+async def test_a_failing_direct_write_fails_alone_in_its_batch(tmp_path: Path) -> None:
+    async with make_store(tmp_path / "items.db") as store:
+        await store.execute(INSERT, ("taken",))
+
+        def insert(name: str) -> Callable[[sqlite3.Connection], str]:
+            def fn(conn: sqlite3.Connection) -> str:
+                conn.execute(INSERT, (name,))
+                conn.execute("UPDATE items SET note = 'x' WHERE name = ?", (name,))
+                return name
+
+            return fn
+
+        results = await asyncio.gather(
+            *(store.write_direct(insert(n)) for n in ("a", "taken", "b", "c")),
+            return_exceptions=True,
+        )
+        assert results[0] == "a" and results[2:] == ["b", "c"]
+        assert isinstance(results[1], sqlite3.IntegrityError)
+        assert await names(store) == ["a", "b", "c", "taken"]
+        rows = await store.fetchall("SELECT name FROM items WHERE note = 'x' ORDER BY name")
+        assert [r[0] for r in rows] == ["a", "b", "c"]  # each write whole, none half done
 
 
 @KINDS

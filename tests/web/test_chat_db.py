@@ -1,0 +1,88 @@
+"""The chat database on SQLite: a transaction runs whole on the connection's thread.
+
+Its function is a coroutine over `Tx`; on SQLite nothing it awaits suspends, so
+it goes to the thread in one trip, however many statements it runs, and one
+that awaits anything else is refused, with nothing written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import pytest
+
+from webapp.web.chat_db import Tx
+from webapp.web.chat_store import AlreadySentError, ChatStore, NewRun
+
+
+def count_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    trips = [0]
+    real = aiosqlite.Connection._execute
+
+    async def counted(self: aiosqlite.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        trips[0] += 1
+        return await real(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(aiosqlite.Connection, "_execute", counted)
+    return trips
+
+
+async def test_a_send_is_recorded_and_its_page_read_in_one_trip_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with ChatStore(tmp_path / "chat.db") as store:
+        chat = await store.create()
+        trips = count_trips(monkeypatch)
+        # Seven statements: the client id, the tree's end and numbers, the new node,
+        # the input and the chat's active run.
+        await store.begin_run(chat.id, NewRun("r1", client_id="c1", input="hi", title="hi"))
+        assert trips[0] == 1
+        page = await store.page(chat.id, before=None, limit=50, also=["r1"])
+        assert trips[0] == 2
+        assert page is not None and "r1" in page.tree.nodes
+        # Refused by the database, in the same one trip: nothing of it is kept.
+        with pytest.raises(AlreadySentError):
+            await store.begin_run(chat.id, NewRun("r2", client_id="c1", input="hi again"))
+        assert trips[0] == 3
+    with closing(sqlite3.connect(tmp_path / "chat.db")) as db:
+        assert db.execute("SELECT run_id FROM run_inputs").fetchall() == [("r1",)]
+
+
+async def test_a_transaction_that_awaits_anything_else_is_refused_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    async with ChatStore(tmp_path / "chat.db") as store:
+        chat = await store.create("kept")
+        database = store._store
+
+        async def strays(tx: Tx) -> None:
+            await tx.execute("UPDATE chats SET title = 'lost' WHERE id = ?", (chat.id,))
+            await asyncio.sleep(0)  # not the transaction's: it would suspend on the thread
+
+        with pytest.raises(RuntimeError, match="awaited something besides its transaction"):
+            await database.write(strays)
+        with pytest.raises(RuntimeError, match="awaited something besides its transaction"):
+            await database.read(strays)
+        found = await store.get(chat.id)
+        assert found is not None and found.title == "kept"
+        await store.rename(chat.id, "renamed")  # the store goes on
+        found = await store.get(chat.id)
+        assert found is not None and found.title == "renamed"
+
+
+async def test_a_transaction_runs_off_the_event_loops_thread(tmp_path: Path) -> None:
+    async with ChatStore(tmp_path / "chat.db") as store:
+        seen: list[int] = []
+
+        async def where(tx: Tx) -> list[Any]:
+            seen.append(threading.get_ident())
+            return await tx.fetch("SELECT 1")
+
+        assert await store._store.read(where) == [(1,)]
+        assert seen and seen[0] != threading.get_ident()
