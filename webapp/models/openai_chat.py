@@ -99,6 +99,7 @@ class OpenAIChatModel:
         self.base_url = _check_base_url(base_url)
         self.endpoint = self.base_url + "/chat/completions"
         self._public_endpoint = _public_url(self.endpoint)  # named in errors; read per chunk
+        self._endpoint_url = httpx.URL(self.endpoint)  # parsed once, not on every request
         self._api_key = api_key or None
         for name, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
             if not value > 0:
@@ -163,7 +164,7 @@ class OpenAIChatModel:
         while True:
             try:
                 async with self._http().stream(
-                    "POST", self.endpoint, json=body, headers=self._request_headers()
+                    "POST", self._endpoint_url, json=body, headers=self._request_headers()
                 ) as response:
                     if response.status_code < 400:
                         self._prefill_refused |= asking  # remembered only once asking works
