@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
-import aiosqlite
 import pytest
 
 from webapp.stores.sqlite import SQLiteStore
@@ -27,33 +27,37 @@ def make_store(path: Path, **kwargs: object) -> SQLiteStore:
     return SQLiteStore(path, **options)  # type: ignore[arg-type]
 
 
-def insert(name: str) -> Callable[[aiosqlite.Connection], Awaitable[str]]:
-    async def fn(db: aiosqlite.Connection) -> str:
-        await db.execute("INSERT INTO items (name) VALUES (?)", (name,))
+def insert(name: str) -> Callable[[sqlite3.Connection], str]:
+    def fn(conn: sqlite3.Connection) -> str:
+        conn.execute("INSERT INTO items (name) VALUES (?)", (name,))
         return name
 
     return fn
 
 
 async def names(store: SQLiteStore) -> list[str]:
-    async def fn(db: aiosqlite.Connection) -> list[str]:
-        return [r[0] for r in await db.execute_fetchall("SELECT name FROM items ORDER BY name")]
+    def fn(conn: sqlite3.Connection) -> list[str]:
+        return [r[0] for r in conn.execute("SELECT name FROM items ORDER BY name")]
 
     return await store.read(fn)
 
 
-async def hold_writer(store: SQLiteStore) -> tuple[asyncio.Event, asyncio.Task[str]]:
-    """Start a write that keeps its transaction open until the event is set."""
-    release, started = asyncio.Event(), asyncio.Event()
+async def hold_writer(store: SQLiteStore) -> tuple[threading.Event, asyncio.Task[str]]:
+    """Start a write that keeps its transaction (and the connection's thread) until
+    the event is set; the event loop goes on meanwhile, so other jobs queue up."""
+    release, started = threading.Event(), threading.Event()
 
-    async def blocker(db: aiosqlite.Connection) -> str:
-        await db.execute("INSERT INTO items (name) VALUES ('blocker')")
+    def blocker(conn: sqlite3.Connection) -> str:
+        conn.execute("INSERT INTO items (name) VALUES ('blocker')")
         started.set()
-        await release.wait()
+        release.wait(10)  # bounded: a failing test must not hang the thread for ever
         return "blocker"
 
     task = asyncio.ensure_future(store.write(blocker))
-    await asyncio.wait_for(started.wait(), 5)
+    deadline = time.monotonic() + 5
+    while not started.is_set():
+        assert time.monotonic() < deadline, "the blocking write never started"
+        await asyncio.sleep(0.002)
     return release, task
 
 
@@ -69,11 +73,11 @@ async def test_a_failing_write_does_not_take_its_batch_down(
 ) -> None:
     release, blocker = await hold_writer(store)
     committed_seen: dict[str, int] = {}
-    observer = sqlite3.connect(tmp_path / "items.db", timeout=5)
+    observer = sqlite3.connect(tmp_path / "items.db", timeout=5, check_same_thread=False)
 
     def observed(name: str, fail: BaseException | None = None):  # type: ignore[no-untyped-def]
-        async def fn(db: aiosqlite.Connection) -> str:
-            await db.execute("INSERT INTO items (name) VALUES (?)", (name,))
+        def fn(conn: sqlite3.Connection) -> str:
+            conn.execute("INSERT INTO items (name) VALUES (?)", (name,))
             if store.wal:  # rows other connections can see = committed rows
                 committed_seen[name] = observer.execute("SELECT count(*) FROM items").fetchone()[0]
             if fail is not None:
@@ -105,9 +109,9 @@ async def test_a_failing_write_does_not_take_its_batch_down(
 async def test_a_lone_failing_write_reports_its_error_and_the_store_goes_on(
     store: SQLiteStore,
 ) -> None:
-    async def broken(db: aiosqlite.Connection) -> None:
-        await db.execute("INSERT INTO items (name) VALUES ('partial')")
-        await db.execute("INSERT INTO no_such_table VALUES (1)")
+    def broken(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO items (name) VALUES ('partial')")
+        conn.execute("INSERT INTO no_such_table VALUES (1)")
 
     with pytest.raises(sqlite3.OperationalError, match="no_such_table"):
         await store.write(broken)
@@ -202,11 +206,11 @@ async def test_a_commit_blocked_by_a_reader_is_rolled_back_not_half_reported(
 
 
 async def test_synchronous_full_and_a_busy_timeout_are_set(store: SQLiteStore) -> None:
-    async def pragmas(db: aiosqlite.Connection) -> tuple[int, int, str]:
-        sync = await db.execute_fetchall("PRAGMA synchronous")
-        busy = await db.execute_fetchall("PRAGMA busy_timeout")
-        mode = await db.execute_fetchall("PRAGMA journal_mode")
-        return next(iter(sync))[0], next(iter(busy))[0], next(iter(mode))[0]
+    def pragmas(conn: sqlite3.Connection) -> tuple[int, int, str]:
+        sync = conn.execute("PRAGMA synchronous").fetchone()[0]
+        busy = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        return sync, busy, mode
 
     sync, busy, mode = await store.read(pragmas)
     assert sync == 2  # FULL
@@ -226,8 +230,8 @@ async def test_schema_versions_allow_migrations_and_refuse_newer_files(tmp_path:
     )
     async with v2:
 
-        async def extra(db: aiosqlite.Connection) -> list[tuple[str, str]]:
-            return [tuple(r) for r in await db.execute_fetchall("SELECT name, extra FROM items")]
+        def extra(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+            return [tuple(r) for r in conn.execute("SELECT name, extra FROM items")]
 
         assert await v2.read(extra) == [("a", "x")]
     with pytest.raises(sqlite3.OperationalError, match="schema version 2, newer than.*1"):
@@ -271,12 +275,12 @@ async def test_reads_queued_between_writes_do_not_split_the_batch(tmp_path: Path
     path = tmp_path / "items.db"
     store = make_store(path, wal=True)
     release, blocker = await hold_writer(store)
-    observer = sqlite3.connect(path, timeout=5)
+    observer = sqlite3.connect(path, timeout=5, check_same_thread=False)
     seen: list[int] = []
 
     def write(name: str):  # type: ignore[no-untyped-def]
-        async def fn(db: aiosqlite.Connection) -> None:
-            await db.execute("INSERT INTO items (name) VALUES (?)", (name,))
+        def fn(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO items (name) VALUES (?)", (name,))
             seen.append(observer.execute("SELECT count(*) FROM items").fetchone()[0])
 
         return fn

@@ -429,26 +429,17 @@ async def as_statement(store: SQLiteStore, name: str) -> None:
 
 
 async def as_function(store: SQLiteStore, name: str) -> None:
-    async def fn(db: aiosqlite.Connection) -> None:
-        await db.execute(INSERT, (name,))
+    def fn(conn: sqlite3.Connection) -> None:
+        conn.execute(INSERT, (name,))
 
     await store.write(fn)
 
 
-async def as_direct(store: SQLiteStore, name: str) -> None:
-    def fn(conn: sqlite3.Connection) -> None:
-        conn.execute(INSERT, (name,))
-
-    await store.write_direct(fn)
-
-
-KINDS = pytest.mark.parametrize(
-    "write", [as_statement, as_function, as_direct], ids=["sql", "fn", "direct"]
-)
+KINDS = pytest.mark.parametrize("write", [as_statement, as_function], ids=["sql", "fn"])
 
 
 @WAL
-async def test_a_direct_transaction_is_one_trip_however_many_statements(
+async def test_a_transaction_is_one_trip_however_many_statements(
     tmp_path: Path, wal: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with make_store(tmp_path / "items.db", wal=wal) as store:
@@ -464,13 +455,13 @@ async def test_a_direct_transaction_is_one_trip_however_many_statements(
             count = conn.execute("SELECT count(*) FROM items").fetchone()[0]
             return count, [r[0] for r in conn.execute("SELECT name FROM items ORDER BY name")]
 
-        assert await store.write_direct(three) == 3
+        assert await store.write(three) == 3
         assert trips[0] == 1  # BEGIN, three INSERTs, the SELECT and COMMIT
-        assert await store.read_direct(two_reads) == (3, ["a", "b", "c"])
+        assert await store.read(two_reads) == (3, ["a", "b", "c"])
         assert trips[0] == 2
 
 
-async def test_a_direct_read_sees_one_state_while_another_connection_commits(
+async def test_a_read_sees_one_state_while_another_connection_commits(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "items.db"
@@ -484,11 +475,13 @@ async def test_a_direct_read_sees_one_state_while_another_connection_commits(
             second = [r[0] for r in conn.execute("SELECT name FROM items ORDER BY name")]
             return first, second
 
-        assert await store.read_direct(read) == (["before"], ["before"])
+        assert await store.read(read) == (["before"], ["before"])
         assert await names(store) == ["before", "meanwhile"]  # the read ended: seen now
 
 
-async def test_a_failing_direct_write_fails_alone_in_its_batch(tmp_path: Path) -> None:
+async def test_a_failing_write_of_several_statements_fails_alone_in_its_batch(
+    tmp_path: Path,
+) -> None:
     async with make_store(tmp_path / "items.db") as store:
         await store.execute(INSERT, ("taken",))
 
@@ -501,7 +494,7 @@ async def test_a_failing_direct_write_fails_alone_in_its_batch(tmp_path: Path) -
             return fn
 
         results = await asyncio.gather(
-            *(store.write_direct(insert(n)) for n in ("a", "taken", "b", "c")),
+            *(store.write(insert(n)) for n in ("a", "taken", "b", "c")),
             return_exceptions=True,
         )
         assert results[0] == "a" and results[2:] == ["b", "c"]

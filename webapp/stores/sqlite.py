@@ -3,31 +3,28 @@
 `SQLiteStore` owns a single persistent aiosqlite connection (opened lazily by
 `webapp.stores.sqlite_connection`, which also holds the schema and lock-wait
 rules) and a single worker task that runs the jobs on it one at a time (a
-lone one-statement job on an idle store runs in its caller's task instead,
-as the worker would: no task to start and wake for it). `SQLiteBacked` is the
-base of a store built on one. Callers hand it jobs:
+lone job on an idle store runs in its caller's task instead, as the worker
+would: no task to start and wake for it). `SQLiteBacked` is the base of a
+store built on one. Callers hand it jobs:
 
-- ``await store.read(fn)`` runs ``fn(db)`` inside a read transaction, so a
+- ``await store.read(fn)`` runs ``fn(conn)`` inside a read transaction, so a
   read of several statements sees one consistent state and never sees a
   write that has not committed;
-- ``await store.write(fn)`` queues ``fn(db)``; the worker drains every write
+- ``await store.write(fn)`` queues ``fn(conn)``; the worker drains every write
   queued at that moment into ONE ``BEGIN IMMEDIATE ... COMMIT`` (group
   commit: one fsync for many writes, which is what lets 50 tasks append
   thousands of segments a second with ``synchronous=FULL``). ``write``
   returns only once its transaction has committed, so it is on disk;
 - ``await store.execute(sql, params)`` / ``await store.fetchall(sql, params)``
   are the one-statement forms; consecutive ``execute`` jobs with the same SQL
-  in one batch share a single ``executemany``;
-- ``await store.read_direct(fn)`` / ``await store.write_direct(fn)`` are
-  `read` and `write` for a plain function of the `sqlite3.Connection`, run
-  on the connection's own thread: a transaction of many statements in one
-  trip there and back.
+  in one batch share a single ``executemany``.
 
-Each trip to the connection's thread costs about what a small write itself
-does, and far more while the event loop is busy (the thread waits for the
-GIL), so a batch of nothing but statements and direct functions runs BEGIN,
-all of them and COMMIT in one trip; this is what brings an append close to
-the cost of its fsync.
+``fn`` is a plain function of the `sqlite3.Connection`, run on the
+connection's own thread (so it must not touch asyncio), and a transaction --
+BEGIN, every job of the batch, COMMIT -- is one trip there and back. A trip
+costs about what a small write itself does, and far more while the event
+loop is busy (the thread waits for the GIL): one per transaction, not one
+per statement, is what brings an append close to the cost of its fsync.
 
 Invariants, each named for the failure it prevents:
 - one job at a time on the connection: a read can never run inside the
@@ -48,7 +45,7 @@ Invariants, each named for the failure it prevents:
   committed.
 
 Because a batch may be re-run, a write function must only act through the
-``db`` it is given and keep no state outside it; encode values before calling
+``conn`` it is given and keep no state outside it; encode values before calling
 ``write`` so that bad input fails in the caller, not in the batch.
 A caller cancelled while its write waits in the queue has it skipped; once
 its batch has started the write commits (or fails) regardless.
@@ -68,14 +65,12 @@ from typing import Any, ClassVar, Literal, Self, TypeVar
 import aiosqlite
 
 from webapp.stores.sqlite_connection import (
-    DbFn,
     LockWait,
     Schema,
     StoreBusyError,
     is_busy,
     on_connection_thread,
     open_connection,
-    run_transaction,
 )
 
 __all__ = [
@@ -102,37 +97,35 @@ class _Retry(Exception):
     """Internal: the transaction was rolled back because of a lock; run it again."""
 
 
-DirectFn = Callable[[sqlite3.Connection], Any]
+Fn = Callable[[sqlite3.Connection], Any]
 
 
 @dataclass
 class _Job:
     kind: Literal["read", "write", "close"]
-    fn: DbFn | None
     future: asyncio.Future[Any]
+    fn: Fn | None = None
     sql: str | None = None  # a one-statement job: run with ``params`` instead of ``fn``
     params: Any = ()
-    direct: DirectFn | None = None  # runs on the connection's thread instead of ``fn``
     result: Any = None
     error: BaseException | None = None
 
-    @property
-    def at_once(self) -> bool:
-        """Runs whole on the connection's thread: a statement or a direct function."""
-        return self.sql is not None or self.direct is not None
-
-    async def run(self, db: aiosqlite.Connection) -> None:
-        if self.at_once:
-            self.result = await on_connection_thread(db, self.run_now)
-        elif self.fn is not None:
-            self.result = await self.fn(db)
-
-    def run_now(self, conn: sqlite3.Connection) -> Any:
-        """The job's work, on the connection's own thread (`at_once` jobs only)."""
+    def run(self, conn: sqlite3.Connection) -> Any:
+        """The job's work, on the connection's own thread."""
         if self.sql is not None:
             return conn.execute(self.sql, self.params).fetchall()
-        assert self.direct is not None
-        return self.direct(conn)
+        assert self.fn is not None
+        return self.fn(conn)
+
+    def read(self, conn: sqlite3.Connection) -> Any:
+        """`run` as a read: a function in a read transaction (one statement is one)."""
+        if self.sql is not None:
+            return self.run(conn)
+        conn.execute("BEGIN")
+        try:
+            return self.run(conn)
+        finally:
+            _rollback_now(conn)  # a read transaction ends the same either way
 
 
 class SQLiteStore:
@@ -158,8 +151,8 @@ class SQLiteStore:
         await chats.execute("INSERT INTO chats (id, title) VALUES (?, ?)", (chat_id, title))
         rows = await chats.fetchall("SELECT id, title FROM chats ORDER BY id")
 
-        async def rename(db: aiosqlite.Connection) -> int:  # several statements, one transaction
-            cursor = await db.execute("UPDATE chats SET title = ? WHERE id = ?", (title, chat_id))
+        def rename(conn: sqlite3.Connection) -> int:  # several statements, one transaction
+            cursor = conn.execute("UPDATE chats SET title = ? WHERE id = ?", (title, chat_id))
             return cursor.rowcount
 
         changed = await chats.write(rename)
@@ -203,23 +196,15 @@ class SQLiteStore:
 
     # --- public API -----------------------------------------------------------
 
-    async def read(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
-        """Run ``fn(db)`` in a read transaction; retried if the file is locked."""
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` in a read transaction, on the connection's thread; retried
+        if the file is locked."""
         return await self._submit("read", fn)  # type: ignore[no-any-return]
 
-    async def write(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
-        """Run ``fn(db)`` in a committed transaction (maybe shared with other writes)."""
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(conn)`` in a committed transaction (maybe shared with other writes),
+        on the connection's thread; a re-run batch calls it again."""
         return await self._submit("write", fn)  # type: ignore[no-any-return]
-
-    async def read_direct(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """`read` for a plain function: ``fn(conn)`` runs on the connection's thread,
-        BEGIN and COMMIT included, in one trip. It must not touch asyncio."""
-        return await self._submit("read", None, direct=fn)  # type: ignore[no-any-return]
-
-    async def write_direct(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """`write` for a plain function, run like `read_direct` (and batched like
-        any write: a re-run batch calls it again)."""
-        return await self._submit("write", None, direct=fn)  # type: ignore[no-any-return]
 
     async def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> None:
         """Write one statement, committed like `write`.
@@ -251,13 +236,12 @@ class SQLiteStore:
     async def _submit(
         self,
         kind: Literal["read", "write", "close"],
-        fn: DbFn | None,
+        fn: Fn | None,
         sql: str | None = None,
         params: Any = (),
-        direct: DirectFn | None = None,
     ) -> Any:
         loop = asyncio.get_running_loop()
-        job = _Job(kind, fn, loop.create_future(), sql, params, direct)
+        job = _Job(kind, loop.create_future(), fn, sql, params)
         if self._runs_inline(job):
             await self._run_inline(job, loop)
         else:
@@ -266,11 +250,10 @@ class SQLiteStore:
         return await job.future
 
     def _runs_inline(self, job: _Job) -> bool:
-        """A one-trip job on an idle, open store needs no worker to start and wake."""
+        """A job on an idle, open store needs no worker to start and wake."""
         worker = self._worker
         return (
-            job.at_once
-            and job.kind != "close"
+            job.kind != "close"
             and self._db is not None
             and not self._inline
             and not self._jobs
@@ -381,37 +364,17 @@ class SQLiteStore:
     async def _run_read(self, job: _Job) -> None:
         try:
             db = await self._connection()
-            if job.sql is not None:
-                job.result = await self._retrying(db, job)
-            elif job.direct is not None:
-                job.result = await self._read_at_once(db, job.direct)
-            elif job.fn is not None:
-                # DEFERRED: a read transaction, so several statements see one state.
-                wait = LockWait(self.path, self.busy_timeout)
-                job.result = await run_transaction(db, "BEGIN", job.fn, wait)
+            wait = LockWait(self.path, self.busy_timeout)
+            while True:
+                try:
+                    job.result = await on_connection_thread(db, job.read)
+                    return
+                except sqlite3.OperationalError as exc:
+                    if not is_busy(exc):
+                        raise
+                await wait.pause("reading")
         except Exception as exc:  # noqa: BLE001 -- the reader's own error, handed back to it
             job.error = exc
-
-    async def _read_at_once(self, db: aiosqlite.Connection, fn: DirectFn) -> Any:
-        wait = LockWait(self.path, self.busy_timeout)
-        while True:
-            try:
-                return await on_connection_thread(db, partial(_read_now, fn))
-            except sqlite3.OperationalError as exc:
-                if not is_busy(exc):
-                    raise
-            await wait.pause("reading")
-
-    async def _retrying(self, db: aiosqlite.Connection, job: _Job) -> Any:
-        wait = LockWait(self.path, self.busy_timeout)
-        while True:
-            try:
-                await job.run(db)
-                return job.result
-            except sqlite3.OperationalError as exc:
-                if not is_busy(exc):
-                    raise
-            await wait.pause("reading")
 
     # --- writes -----------------------------------------------------------------
 
@@ -427,18 +390,7 @@ class SQLiteStore:
         pending = list(jobs)
         while pending:
             try:
-                if not isolate and all(job.at_once for job in pending):
-                    # The whole transaction in one trip to the connection's
-                    # thread instead of one trip per statement.
-                    attempt = partial(self._attempt_at_once, pending)
-                    pending = await on_connection_thread(db, attempt)
-                else:
-                    await db.execute("BEGIN IMMEDIATE")
-                    try:
-                        pending = await self._attempt(db, pending, isolate)
-                    except BaseException:
-                        await self._rollback(db)  # never leave the connection mid-transaction
-                        raise
+                pending = await on_connection_thread(db, partial(self._attempt, pending, isolate))
             except (sqlite3.OperationalError, _Retry) as exc:
                 if isinstance(exc, sqlite3.OperationalError) and not is_busy(exc):
                     self._fail(pending, exc)  # nothing committed; the cause is not a lock
@@ -449,8 +401,8 @@ class SQLiteStore:
                     self._fail(pending, busy)
                     return
                 continue
-            # Jobs left means a write failed on the fast path and everything was
-            # rolled back: run them again, each in its own savepoint.
+            # Jobs left means a write failed and everything was rolled back: run
+            # them again, each in its own savepoint.
             isolate = True
 
     @staticmethod
@@ -459,56 +411,22 @@ class SQLiteStore:
             job.error = exc
             job.result = None
 
-    async def _attempt(
-        self, db: aiosqlite.Connection, jobs: list[_Job], isolate: bool
-    ) -> list[_Job]:
-        """One pass over the batch inside an open transaction.
-
-        Returns the jobs to run again, each in its own savepoint (after a
-        rollback, when a write failed), or ``[]`` once the batch is settled.
-        Raises `_Retry` after rolling back because of a lock.
-        """
-        for job in jobs:
-            job.error, job.result = None, None
-        if isolate:
-            return await self._isolated_pass(db, jobs)
-        index = 0
-        while index < len(jobs):
-            group = _same_statement(jobs, index)
-            try:
-                if len(group) > 1:
-                    await db.executemany(group[0].sql, [j.params for j in group])  # type: ignore[arg-type]
-                else:
-                    await group[0].run(db)
-            except Exception as exc:  # noqa: BLE001 -- a lock is retried, the rest reported
-                await self._rollback(db)
-                return _after_failed_write(jobs, exc)
-            index += len(group)
-        await self._commit(db, jobs)
-        return []
-
-    def _attempt_at_once(self, jobs: list[_Job], conn: sqlite3.Connection) -> list[_Job]:
-        """`_attempt` for a batch of `at_once` jobs, BEGIN and COMMIT included.
+    def _attempt(self, jobs: list[_Job], isolate: bool, conn: sqlite3.Connection) -> list[_Job]:
+        """One pass over the batch in its own transaction, BEGIN to COMMIT.
 
         Runs on the connection's own thread; the task running the batch awaits
-        it, so nothing else touches ``jobs`` meanwhile.
+        it, so nothing else touches ``jobs`` meanwhile. Returns the jobs to run
+        again, each in its own savepoint (after a rollback, when a write
+        failed), or ``[]`` once the batch is settled. Raises `_Retry` after
+        rolling back because of a lock.
         """
         for job in jobs:
             job.error, job.result = None, None
         conn.execute("BEGIN IMMEDIATE")
         try:
-            index = 0
-            while index < len(jobs):
-                group = _same_statement(jobs, index)
-                try:
-                    if len(group) > 1:
-                        conn.executemany(str(group[0].sql), [j.params for j in group])
-                    else:
-                        group[0].result = group[0].run_now(conn)
-                except Exception as exc:  # noqa: BLE001 -- a lock is retried, the rest reported
-                    _rollback_now(conn)
-                    return _after_failed_write(jobs, exc)
-                index += len(group)
+            again = _isolated(jobs, conn) if isolate else _together(jobs, conn)
+            if again is not None:  # rolled back: nothing of the batch is written
+                return again
             try:
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
@@ -520,33 +438,6 @@ class SQLiteStore:
             _rollback_now(conn)  # never leave the connection mid-transaction
             raise
 
-    async def _isolated_pass(self, db: aiosqlite.Connection, jobs: list[_Job]) -> list[_Job]:
-        for job in jobs:
-            await db.execute("SAVEPOINT write")
-            try:
-                await job.run(db)
-            except Exception as exc:
-                if is_busy(exc):
-                    await self._rollback(db)
-                    raise _Retry from exc
-                job.error = exc
-                if not db.in_transaction:
-                    # SQLite rolled the whole transaction back itself: nothing
-                    # committed, so the others may simply run again.
-                    return [j for j in jobs if j is not job]
-                await db.execute("ROLLBACK TO write")
-            await db.execute("RELEASE write")
-        await self._commit(db, jobs)
-        return []
-
-    async def _commit(self, db: aiosqlite.Connection, jobs: list[_Job]) -> None:
-        try:
-            await db.execute("COMMIT")
-        except sqlite3.Error as exc:
-            retry = is_busy(exc) and db.in_transaction
-            await self._rollback(db)
-            self._commit_failed(jobs, exc, retry)
-
     def _commit_failed(self, jobs: list[_Job], exc: sqlite3.Error, retry: bool) -> None:
         """After a failed COMMIT, rolled back: run the batch again, or report it."""
         if retry:
@@ -555,24 +446,49 @@ class SQLiteStore:
             raise _Retry from exc
         self._fail(jobs, CommitFailedError(_commit_message(self.path, exc)))
 
-    @staticmethod
-    async def _rollback(db: aiosqlite.Connection) -> None:
-        if db.in_transaction:
-            await db.execute("ROLLBACK")
-
 
 def _rollback_now(conn: sqlite3.Connection) -> None:
     if conn.in_transaction:
         conn.execute("ROLLBACK")
 
 
-def _read_now(fn: DirectFn, conn: sqlite3.Connection) -> Any:
-    """``fn`` in a read transaction, on the connection's thread."""
-    conn.execute("BEGIN")
-    try:
-        return fn(conn)
-    finally:
-        _rollback_now(conn)  # a read transaction ends the same either way
+def _together(jobs: list[_Job], conn: sqlite3.Connection) -> list[_Job] | None:
+    """The batch's writes without savepoints: None once all ran, else (one failed and
+    all was rolled back) the ones to run again."""
+    index = 0
+    while index < len(jobs):
+        group = _same_statement(jobs, index)
+        try:
+            if len(group) > 1:
+                conn.executemany(str(group[0].sql), [j.params for j in group])
+            else:
+                group[0].result = group[0].run(conn)
+        except Exception as exc:  # noqa: BLE001 -- a lock is retried, the rest reported
+            _rollback_now(conn)
+            return _after_failed_write(jobs, exc)
+        index += len(group)
+    return None
+
+
+def _isolated(jobs: list[_Job], conn: sqlite3.Connection) -> list[_Job] | None:
+    """Each write in its own savepoint, so a failing one rolls back alone: None once
+    all ran, else (SQLite rolled everything back itself) the ones to run again."""
+    for job in jobs:
+        conn.execute("SAVEPOINT write")
+        try:
+            job.result = job.run(conn)
+        except Exception as exc:
+            if is_busy(exc):
+                _rollback_now(conn)
+                raise _Retry from exc
+            job.error = exc
+            if not conn.in_transaction:
+                # SQLite rolled the whole transaction back itself: nothing
+                # committed, so the others may simply run again.
+                return [j for j in jobs if j is not job]
+            conn.execute("ROLLBACK TO write")
+        conn.execute("RELEASE write")
+    return None
 
 
 def _after_failed_write(jobs: list[_Job], exc: Exception) -> list[_Job]:

@@ -80,7 +80,7 @@ class SQLiteCheckpointer(SQLiteBacked):
                 conn.executemany(_INSERT_ENTRY, rows)
             conn.execute(_UPSERT_HEAD, (run_id, head_json, len(rows)))
 
-        await self._store.write_direct(save)
+        await self._store.write(save)
 
     async def load(self, run_id: str) -> RunSnapshot | None:
         def query(conn: sqlite3.Connection) -> tuple[Any, list[Any]] | None:
@@ -96,7 +96,7 @@ class SQLiteCheckpointer(SQLiteBacked):
             ).fetchall()
             return heads[0], entries
 
-        found = await self._store.read_direct(query)
+        found = await self._store.read(query)
         if found is None:
             return None
         (head_json, count), rows = found
@@ -108,7 +108,7 @@ class SQLiteCheckpointer(SQLiteBacked):
             conn.execute("DELETE FROM checkpoint_entries WHERE run_id = ?", (run_id,))
             conn.execute("DELETE FROM checkpoint_heads WHERE run_id = ?", (run_id,))
 
-        await self._store.write_direct(remove)
+        await self._store.write(remove)
 
 
 def _decode_head(run_id: str, head_json: str) -> RunHead:

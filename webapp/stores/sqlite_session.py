@@ -180,7 +180,7 @@ class SQLiteSession(SQLiteBacked):
                 )
             return plan.removed
 
-        return await self._store.write_direct(cut)
+        return await self._store.write(cut)
 
     async def trim_tool_results(
         self, session_id: str, *, keep_chars: int = 400, keep_runs: int = 1
@@ -218,7 +218,7 @@ class SQLiteSession(SQLiteBacked):
                 conn.execute(f"PRAGMA secure_delete = {int(before)}")
             return trimmed
 
-        return await self._store.write_direct(trim)
+        return await self._store.write(trim)
 
 
 def _trimmed_rows(

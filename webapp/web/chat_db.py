@@ -173,10 +173,10 @@ class _SQLiteChats(SQLiteBacked):
         super().__init__(path, wal=True)  # WAL: the file is shared with the other stores
 
     async def read(self, fn: TxFn[T]) -> T:
-        return await self._store.read_direct(lambda conn: run_to_end(fn, conn))
+        return await self._store.read(lambda conn: run_to_end(fn, conn))
 
     async def write(self, fn: TxFn[T]) -> T:
-        return await self._store.write_direct(lambda conn: run_to_end(fn, conn))
+        return await self._store.write(lambda conn: run_to_end(fn, conn))
 
 
 class _PostgresChats(PostgresBacked):
