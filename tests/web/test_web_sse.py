@@ -333,6 +333,18 @@ async def test_a_burst_of_records_wakes_every_waiting_reader_once():
     assert asyncio.get_running_loop().time() - start >= 0.04
 
 
+async def test_a_waiting_reader_runs_in_the_very_next_turn_after_an_append():
+    # A turn of the loop can hold a slice of a model's burst (milliseconds): a wake-up
+    # put off to the next turn would make the reader a whole turn later still.
+    state = RunState("chat", "run", "e.1", "hi", ReplyView("run"))
+    reader = asyncio.create_task(state.wait_beyond(0, 5))
+    await asyncio.sleep(0)
+    assert not reader.done()
+    state.append(TEXT, "a")
+    await asyncio.sleep(0)  # one turn
+    assert reader.done()
+
+
 def test_encoded_events_read_back_as_sent():
     for data in ["<span>a</span>", "a\nb\r\nc\rd", "", "\n", "é 😀", "x\r\n"]:
         for retry in (None, 1000):

@@ -29,9 +29,10 @@ class LogRecord(NamedTuple):
 class RunState:
     """A run as the server shows it: the live reply plus its event log.
 
-    Readers wait in `wait_beyond`; an append wakes them once per turn of the
-    event loop, however many records that turn appended (a model's chunks
-    arrive in bursts), so a burst costs each reader one wake-up.
+    Readers wait in `wait_beyond`; an append wakes them at once, and the
+    appends after it in the same turn of the event loop find nobody waiting
+    (the woken readers run in the next turn and read all of them), so a burst
+    costs each reader one wake-up -- and the first record is not a turn late.
     """
 
     chat_id: str
@@ -53,7 +54,6 @@ class RunState:
     fresh_text: bool = True  # the next text delta starts a new model turn
     fresh_reasoning: bool = True
     _waiters: set[asyncio.Future[None]] = field(default_factory=set, init=False, repr=False)
-    _wake_scheduled: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.terminal = asyncio.get_running_loop().create_future()
@@ -70,20 +70,15 @@ class RunState:
     def append(self, event: str, data: str) -> None:
         records = self.records
         records.append(LogRecord(len(records) + 1, event, data))
-        if self._waiters and not self._wake_scheduled:
-            self._wake_soon()
+        if self._waiters:
+            self._wake()
 
     def append_nothing(self) -> None:
         """Wake the readers without a new record (the run ended without one)."""
-        if self._waiters and not self._wake_scheduled:
-            self._wake_soon()
-
-    def _wake_soon(self) -> None:
-        self._wake_scheduled = True
-        asyncio.get_running_loop().call_soon(self._wake)
+        if self._waiters:
+            self._wake()
 
     def _wake(self) -> None:
-        self._wake_scheduled = False
         waiters, self._waiters = self._waiters, set()
         for waiter in waiters:
             if not waiter.done():
