@@ -381,26 +381,16 @@ async def names(store: SQLiteStore) -> list[str]:
     return [r[0] for r in await store.fetchall("SELECT name FROM items ORDER BY name")]
 
 
-def count_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Count the trips to any aiosqlite connection's thread."""
-    trips = [0]
-    real = aiosqlite.Connection._execute
-
-    async def counted(self: aiosqlite.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        trips[0] += 1
-        return await real(self, fn, *args, **kwargs)
-
-    monkeypatch.setattr(aiosqlite.Connection, "_execute", counted)
-    return trips
-
-
 @WAL
 async def test_a_statement_write_is_one_trip_and_needs_no_worker(
-    tmp_path: Path, wal: bool, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    wal: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    count_sqlite_trips: Callable[[], list[int]],
 ) -> None:
     async with make_store(tmp_path / "items.db", wal=wal) as store:
         await names(store)  # opened
-        trips = count_trips(monkeypatch)
+        trips = count_sqlite_trips()
         workers = [0]
         real_work = SQLiteStore._work
 
@@ -440,11 +430,11 @@ KINDS = pytest.mark.parametrize("write", [as_statement, as_function], ids=["sql"
 
 @WAL
 async def test_a_transaction_is_one_trip_however_many_statements(
-    tmp_path: Path, wal: bool, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, wal: bool, count_sqlite_trips: Callable[[], list[int]]
 ) -> None:
     async with make_store(tmp_path / "items.db", wal=wal) as store:
         await names(store)  # opened
-        trips = count_trips(monkeypatch)
+        trips = count_sqlite_trips()
 
         def three(conn: sqlite3.Connection) -> int:
             for name in ("a", "b", "c"):

@@ -10,35 +10,23 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
 import pytest
 
 from webapp.web.chat_db import Tx
 from webapp.web.chat_store import AlreadySentError, ChatStore, NewRun
 
 
-def count_trips(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    trips = [0]
-    real = aiosqlite.Connection._execute
-
-    async def counted(self: aiosqlite.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        trips[0] += 1
-        return await real(self, fn, *args, **kwargs)
-
-    monkeypatch.setattr(aiosqlite.Connection, "_execute", counted)
-    return trips
-
-
 async def test_a_send_is_recorded_and_its_page_read_in_one_trip_each(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, count_sqlite_trips: Callable[[], list[int]]
 ) -> None:
     async with ChatStore(tmp_path / "chat.db") as store:
         chat = await store.create()
-        trips = count_trips(monkeypatch)
+        trips = count_sqlite_trips()
         # Seven statements: the client id, the tree's end and numbers, the new node,
         # the input and the chat's active run.
         await store.begin_run(chat.id, NewRun("r1", client_id="c1", input="hi", title="hi"))
