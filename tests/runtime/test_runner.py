@@ -330,6 +330,31 @@ async def test_a_burst_of_buffered_parts_does_not_hold_the_event_loop():
     assert max(gaps) < 0.05, f"the loop was held for {max(gaps):.3f} s"
 
 
+class WatchedModel:
+    """Two texts at once; notes whether the caller had the first before the second was read."""
+
+    def __init__(self) -> None:
+        self.caller_saw: list[str] = []
+        self.seen_when_asked_again: list[str] | None = None
+
+    async def stream(self, request: ModelRequest):
+        yield TextPart("first ")
+        self.seen_when_asked_again = list(self.caller_saw)
+        yield TextPart("second")
+        yield FinishPart("stop")
+
+
+async def test_the_first_text_reaches_the_caller_before_the_next_part_is_read():
+    # A burst's next part costs the parsing of many chunks: the first text goes
+    # out before that, not after.
+    model = WatchedModel()
+    async for event in Runner.stream(Agent("a", model=model), "go"):
+        if isinstance(event, TextDelta):
+            model.caller_saw.append(event.text)
+    assert model.caller_saw == ["first ", "second"]
+    assert model.seen_when_asked_again == ["first "]
+
+
 class ClockedBurstModel:
     """Buffered parts, each taking ``step`` seconds on a clock the test controls."""
 

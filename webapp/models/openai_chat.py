@@ -239,24 +239,26 @@ class OpenAIChatModel:
         # The body's own stream when nothing needs decoding: `aiter_raw` would add a
         # generator around each chunk and count its bytes.
         pieces = aiter(response.stream) if plain else response.aiter_bytes()  # type: ignore[arg-type]
+        size = 1  # lines at a time until the first part: it goes on before the rest is parsed
         async for piece in pieces:
             # One read holds as many chunks as arrived meanwhile (a fast model, a busy
             # server): their texts go on as one part, so what follows wakes once. A
             # read of hundreds of chunks goes on in parts of at most _LINES_PER_PART
             # lines, so the run can let the event loop serve others in between.
-            read = lines.split(piece)
-            for start in range(0, len(read), _LINES_PER_PART):
+            read, start = lines.split(piece), 0
+            while start < len(read) and not state.done:
                 batch: list[ModelPart] = []
                 try:
-                    merged(self._parts(state, read[start : start + _LINES_PER_PART]), into=batch)
+                    merged(self._parts(state, read[start : start + size]), into=batch)
                 except ModelError:
                     for part in batch:  # what came before a malformed chunk is kept
                         yield part
                     raise
+                start += size
+                if batch:
+                    size = _LINES_PER_PART
                 for part in batch:
                     yield part
-                if state.done:
-                    break
             if state.done:
                 break
         if state.done:

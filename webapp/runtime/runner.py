@@ -323,23 +323,24 @@ class _Run:
         )
         reasoning, calls = "", []
         self.partial, self.finish_reason = "", None
-        turned = False  # the loop had a turn since this turn's first text
         started = busy_since = ready_at = time.perf_counter()
         async for part in model.stream(request):
             now = time.perf_counter()
             slice_ = _SLICE if now - started > _OPENING else _OPENING_SLICE
             if now - ready_at > _WAITED:
                 busy_since = now  # the stream waited for the model: others had their turn
-            elif now - busy_since > slice_ or (self.partial and not turned):
+            elif now - busy_since > slice_:
                 # Parts already buffered (a model faster than this loop) would hold
-                # the event loop: let it serve the other chats and new requests, and
-                # do so right after the first text, so that goes out at once.
-                turned = bool(self.partial)
+                # the event loop: let it serve the other chats and new requests.
                 await asyncio.sleep(0)
                 busy_since = time.perf_counter()
             if isinstance(part, TextPart) and part.text:
+                first = not self.partial
                 self.partial += part.text
                 self.emit(TextDelta(part.text))
+                if first:  # its readers send it on before the rest of a burst is read
+                    await asyncio.sleep(0)
+                    busy_since = time.perf_counter()
             elif isinstance(part, ReasoningPart) and part.text:
                 reasoning += part.text
                 self.emit(ReasoningDelta(part.text))
