@@ -21,11 +21,11 @@ from webapp.web.chat_db import Tx
 from webapp.web.chat_store import AlreadySentError, ChatStore, NewRun
 
 
-async def test_a_send_is_recorded_and_its_page_read_in_one_trip_each(
+async def test_a_send_is_recorded_with_its_page_in_one_trip(
     tmp_path: Path, count_sqlite_trips: Callable[[], list[int]]
 ) -> None:
     async with ChatStore(tmp_path / "chat.db") as store:
-        chat = await store.create()
+        chat, other = await store.create(), await store.create()
         trips = count_sqlite_trips()
         # Seven statements: the client id, the tree's end and numbers, the new node,
         # the input and the chat's active run.
@@ -34,12 +34,17 @@ async def test_a_send_is_recorded_and_its_page_read_in_one_trip_each(
         page = await store.page(chat.id, before=None, limit=50, also=["r1"])
         assert trips[0] == 2
         assert page is not None and "r1" in page.tree.nodes
+        # With the page its answer shows, read after the writes in the same one trip.
+        page = await store.begin_run(other.id, NewRun("r3", input="yo"), page=50)
+        assert trips[0] == 3
+        assert page is not None and list(page.tree.nodes) == ["r3"]
         # Refused by the database, in the same one trip: nothing of it is kept.
         with pytest.raises(AlreadySentError):
             await store.begin_run(chat.id, NewRun("r2", client_id="c1", input="hi again"))
-        assert trips[0] == 3
+        assert trips[0] == 4
     with closing(sqlite3.connect(tmp_path / "chat.db")) as db:
-        assert db.execute("SELECT run_id FROM run_inputs").fetchall() == [("r1",)]
+        rows = db.execute("SELECT run_id FROM run_inputs ORDER BY run_id").fetchall()
+        assert rows == [("r1",), ("r3",)]
 
 
 async def test_a_transaction_that_awaits_anything_else_is_refused_and_writes_nothing(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from webhelpers import (
     MakeClient,
     buttons,
@@ -86,6 +89,34 @@ async def test_htmx_send_returns_the_list_with_a_streaming_reply(web_client_fact
     assert moved.parent.attrs["hx-swap-oob"] == "afterbegin:#chat-list-items"
     assert [a.norm_text() for a in moved.find_all("a")] == ["count please"]
     assert len(fragment.find_all("li")) == 2
+    await client.wait_idle(chat_id)
+
+
+async def test_a_sends_answer_shows_the_page_read_as_its_run_was_recorded(
+    web_client_factory: MakeClient, monkeypatch: pytest.MonkeyPatch
+):
+    model = ScriptedModel(["first reply", "second reply"], chunk_delay=SLOW)
+    client = await web_client_factory(model=model)
+    chat_id = await client.new_chat()
+    await client.send(chat_id, "one", client_id="a")
+    await client.wait_idle(chat_id)
+    store = client.web.chats.store
+    reads: list[object] = []
+    real_page = store.page
+
+    async def page(*args: Any, **kwargs: Any) -> Any:
+        reads.append(args)
+        return await real_page(*args, **kwargs)
+
+    monkeypatch.setattr(store, "page", page)
+    response = await client.send(chat_id, "two", client_id="b", htmx=True)
+    assert response.status_code == 200
+    shown = messages(parse_html(response.text))
+    assert [m.attrs["data-role"] for m in shown] == ["user", "assistant", "user", "assistant"]
+    assert reply_text(shown[1]) == "first reply"
+    assert shown[2].find(class_="content").text() == "two"
+    assert shown[3].attrs["data-status"] == "streaming"
+    assert reads == []  # the transaction that recorded the run read the page too
     await client.wait_idle(chat_id)
 
 

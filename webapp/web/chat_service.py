@@ -34,7 +34,14 @@ from webapp.transcript import UserEntry
 from webapp.web import chat_export
 from webapp.web.chat_export import ChatFile, ChatFileError
 from webapp.web.chat_search import SearchHit
-from webapp.web.chat_store import AlreadySentError, Chat, ChatBusyError, ChatStore, NewRun
+from webapp.web.chat_store import (
+    AlreadySentError,
+    Chat,
+    ChatBusyError,
+    ChatStore,
+    NewRun,
+    Page,
+)
 from webapp.web.run_state import RunState
 from webapp.web.runs import RunManager
 from webapp.web.view_models import (
@@ -52,6 +59,7 @@ from webapp.web.view_models import (
 class Started:
     chat: Chat
     run: RunState
+    page: Page | None = None  # the chat's latest page, read as the run was recorded
 
 
 @dataclass(frozen=True)
@@ -183,18 +191,26 @@ class ChatService:
         return await self.store.recent(limit)
 
     async def conversation(
-        self, chat: Chat, *, before: str | None = None, limit: int | None = PAGE_RUNS
+        self,
+        chat: Chat,
+        *,
+        before: str | None = None,
+        limit: int | None = PAGE_RUNS,
+        read: Page | None = None,
     ) -> Conversation | None:
         """The chat as its page shows it: the last ``limit`` runs of the shown path (all
         for None) before run ``before`` (the end for None, with the live run), with their
-        version switchers. None when ``before`` is not on the path."""
+        version switchers. None when ``before`` is not on the path. ``read``: that
+        latest page, already read with the live run (`Started.page`)."""
         live = await self.runs.live(chat) if before is None else None
         if live is not None and (live.abandoned or live.discarded):
             live = None
         also = [live.run_id] if live is not None else []
-        page = await self.store.page(
-            chat.id, before=before, limit=limit if limit is not None else 1 << 62, also=also
-        )
+        page = read if before is None and limit == PAGE_RUNS else None
+        if page is None or live is None or live.run_id not in page.tree.nodes:
+            page = await self.store.page(
+                chat.id, before=before, limit=limit if limit is not None else 1 << 62, also=also
+            )
         if page is None:
             return None
         segments = page.segments
@@ -309,10 +325,12 @@ class ChatService:
                 return CannotContinue(chat)
             new = NewRun(new_run_id(), "continue", target=run_id)
             try:
-                state = await self.runs.start(chat.id, new, "", continues=replies[0])
+                state, page = await self.runs.start(
+                    chat.id, new, "", continues=replies[0], page=PAGE_RUNS
+                )
             except ChatBusyError:
                 return Busy(chat)
-            return Started(replace(chat, active_run_id=state.run_id), state)
+            return Started(replace(chat, active_run_id=state.run_id), state, page)
 
     @contextlib.asynccontextmanager
     async def _idle(self, chat_id: str) -> AsyncIterator[Chat | ChatNotFound | Busy]:
@@ -338,10 +356,10 @@ class ChatService:
         if not chat.title:
             new = replace(new, title=title)
         try:
-            state = await self.runs.start(chat.id, new, text)
+            state, page = await self.runs.start(chat.id, new, text, page=PAGE_RUNS)
         except ChatBusyError:  # the database says a run began first (another process)
             return Busy(chat)
-        return Started(replace(chat, title=title, active_run_id=state.run_id), state)
+        return Started(replace(chat, title=title, active_run_id=state.run_id), state, page)
 
     # --- versions ----------------------------------------------------------------------
 

@@ -308,15 +308,19 @@ class ChatStore:
 
         return await self._store.read(select)
 
-    async def begin_run(self, chat_id: str, new: NewRun) -> None:
+    async def begin_run(self, chat_id: str, new: NewRun, *, page: int | None = None) -> Page | None:
         """Record the run in flight in one transaction: its place in the tree (with the
         versions it replaces archived and their checkpoints gone), the client id that
         asked, and the chat's active run. Raises `AlreadySentError` when the client id
         started a run before, and `ChatBusyError` when the chat already has an active
-        run (writing nothing either way): the database decides."""
+        run (writing nothing either way): the database decides.
+
+        With ``page``, the same transaction then reads the chat's latest page of that
+        many runs, with the new run's node (`page`'s ``also``): what the answer to the
+        request shows, without another trip to the database."""
         now = time.time()
 
-        async def begin(tx: Tx) -> None:
+        async def begin(tx: Tx) -> Page | None:
             if new.client_id is not None and not await tx.execute(
                 "INSERT INTO sends (chat_id, client_id, run_id, created_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (chat_id, client_id) DO NOTHING",
@@ -357,8 +361,9 @@ class ChatStore:
             )
             if not started:  # another run began first (maybe in another process)
                 raise ChatBusyError(chat_id)
+            return None if page is None else await _read_page(tx, chat_id, None, page, [new.run_id])
 
-        await self._store.write(begin)
+        return await self._store.write(begin)
 
     async def page(
         self, chat_id: str, *, before: str | None, limit: int, also: list[str]
@@ -366,34 +371,7 @@ class ChatStore:
         """The shown path's last ``limit`` runs before run ``before`` (the end for None),
         and the part of the tree they (and the runs ``also``) need; None when ``before``
         is not on the path. Reads one page, however long the chat."""
-
-        async def read(tx: Tx) -> Page | None:
-            bound = ""
-            params: list[Any] = [chat_id]
-            if before is not None:
-                found = list(
-                    await tx.fetch(
-                        "SELECT seq FROM session_segments WHERE session_id = ? AND run_id = ?",
-                        (chat_id, before),
-                    )
-                )
-                if not found:
-                    return None
-                bound, params = " AND seq < ?", [chat_id, found[0][0]]
-            rows = list(
-                await tx.fetch(
-                    "SELECT run_id, entry_count, entries_json, meta_json FROM session_segments "
-                    f"WHERE session_id = ?{bound} ORDER BY seq DESC LIMIT ?",
-                    (*params, limit + 1),
-                )
-            )
-            earlier = len(rows) > limit
-            stored = [StoredSegment(str(r[0]), int(r[1]), str(r[2]), r[3]) for r in rows[:limit]]
-            segments = [s.decode(chat_id) for s in reversed(stored)]
-            tree = await chat_tree.load_around(tx, chat_id, [s.run_id for s in segments] + also)
-            return Page(segments, earlier, tree)
-
-        return await self._store.read(read)
+        return await self._store.read(lambda tx: _read_page(tx, chat_id, before, limit, also))
 
     async def tree_around(self, chat_id: str, run_ids: list[str]) -> Tree:
         """The runs ``run_ids`` and those beside them: enough for their switchers."""
@@ -546,3 +524,33 @@ class ChatStore:
 async def _delete_checkpoints(tx: Tx, run_ids: list[str]) -> None:
     for table in _CHECKPOINT_TABLES:
         await tx.executemany(f"DELETE FROM {table} WHERE run_id = ?", [(r,) for r in run_ids])
+
+
+async def _read_page(
+    tx: Tx, chat_id: str, before: str | None, limit: int, also: list[str]
+) -> Page | None:
+    """`ChatStore.page` in transaction ``tx``."""
+    bound = ""
+    params: list[Any] = [chat_id]
+    if before is not None:
+        found = list(
+            await tx.fetch(
+                "SELECT seq FROM session_segments WHERE session_id = ? AND run_id = ?",
+                (chat_id, before),
+            )
+        )
+        if not found:
+            return None
+        bound, params = " AND seq < ?", [chat_id, found[0][0]]
+    rows = list(
+        await tx.fetch(
+            "SELECT run_id, entry_count, entries_json, meta_json FROM session_segments "
+            f"WHERE session_id = ?{bound} ORDER BY seq DESC LIMIT ?",
+            (*params, limit + 1),
+        )
+    )
+    earlier = len(rows) > limit
+    stored = [StoredSegment(str(r[0]), int(r[1]), str(r[2]), r[3]) for r in rows[:limit]]
+    segments = [s.decode(chat_id) for s in reversed(stored)]
+    tree = await chat_tree.load_around(tx, chat_id, [s.run_id for s in segments] + also)
+    return Page(segments, earlier, tree)

@@ -51,7 +51,7 @@ from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.session import Session
 from webapp.transcript import Entry, UserEntry, drop_dangling_tool_calls
 from webapp.web import event_names as names
-from webapp.web.chat_store import Chat, ChatStore, NewRun
+from webapp.web.chat_store import Chat, ChatStore, NewRun, Page
 from webapp.web.chat_tree import continued
 from webapp.web.cluster import Cluster
 from webapp.web.followers import Followers, reply_to_json
@@ -151,17 +151,25 @@ class RunManager:
     # --- starting -----------------------------------------------------------------
 
     async def start(
-        self, chat_id: str, new: NewRun, text: str, *, continues: ReplyView | None = None
-    ) -> RunState:
+        self,
+        chat_id: str,
+        new: NewRun,
+        text: str,
+        *,
+        continues: ReplyView | None = None,
+        page: int | None = None,
+    ) -> tuple[RunState, Page | None]:
         """Record ``new`` in the chat and start it (chat lock held, no run active).
 
         A continuation (``continues``: the reply it goes on with) runs with no
-        input; its text streams into that reply.
+        input; its text streams into that reply. With ``page``, also the chat's
+        latest page of that many runs, read as the run was recorded (see
+        `ChatStore.begin_run`).
         """
         # The input goes with the run's record: a crash before the run's first
         # checkpoint restarts it from there (see `_recover_one`).
-        await self.chats.begin_run(
-            chat_id, new if continues is not None else replace(new, input=text)
+        latest = await self.chats.begin_run(
+            chat_id, new if continues is not None else replace(new, input=text), page=page
         )
         if continues is None:
             state = self._new_state(chat_id, new.run_id, text, ReplyView(new.run_id))
@@ -173,7 +181,7 @@ class RunManager:
         # Not deleted on success: `end_run` drops the checkpoint with the chat's own update.
         options = CheckpointOptions(self.checkpointer, new.run_id, if_run_exists="fail")
         self._launch(state, [] if continues is not None else text, options)
-        return state
+        return state, latest
 
     async def _publish_start(self, state: RunState) -> None:
         """With other processes: write the run's first record (what a follower starts

@@ -21,6 +21,7 @@ from webapp.web.chat_service import (
     NothingToRegenerate,
     RunNotFound,
     ShownReply,
+    Started,
     VersionNotFound,
 )
 from webapp.web.chat_store import Chat
@@ -77,7 +78,7 @@ async def answer(
         return await refuse(request, status, message, chat=chat, draft=draft, editing=editing)
     if not isinstance(chat, Chat):
         raise TypeError(f"no chat in the outcome {outcome!r}")
-    return await chat_updated(request, chat)
+    return await chat_updated(request, chat, outcome.page if isinstance(outcome, Started) else None)
 
 
 async def send(request: Request) -> Response:

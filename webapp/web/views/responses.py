@@ -19,7 +19,7 @@ from starlette.responses import RedirectResponse, Response
 
 from webapp.web.app_state import new_client_id, web
 from webapp.web.chat_service import PAGE_RUNS, Conversation
-from webapp.web.chat_store import Chat
+from webapp.web.chat_store import Chat, Page
 
 ALERT_TARGET = "#composer-alert"
 NO_CHAT = "This chat does not exist. It may have been deleted."
@@ -69,16 +69,18 @@ async def page_context(
     with_list: bool = True,
     before: str | None = None,
     everything: bool = False,
+    read: Page | None = None,
 ) -> dict[str, Any]:
     """Everything base.html and chat.html need, except the per-request extras
     (``with_list=False``: not the chat list, for fragments that do not show it;
     ``before``: the page of older messages before that run, else `NotOnPage`;
-    ``everything``: every message, not just the latest page)."""
+    ``everything``: every message, not just the latest page; ``read``: the latest
+    page, already read as the live run began)."""
     app = web(request)
     conversation = None
     if chat is not None:
         limit = None if everything else PAGE_RUNS
-        conversation = await app.chats.conversation(chat, before=before, limit=limit)
+        conversation = await app.chats.conversation(chat, before=before, limit=limit, read=read)
         if conversation is None:
             raise NotOnPage(before)
     return {
@@ -123,12 +125,15 @@ def render_chat(
     )
 
 
-async def chat_updated(request: Request, conversation: Conversation | Chat) -> Response:
-    """After a change: htmx gets the message list (and fresh composer bits); forms a 303."""
+async def chat_updated(
+    request: Request, conversation: Conversation | Chat, read: Page | None = None
+) -> Response:
+    """After a change: htmx gets the message list (and fresh composer bits); forms a 303.
+    ``read``: the latest page, if the change read it (`Started.page`)."""
     chat = conversation.chat if isinstance(conversation, Conversation) else conversation
     if not is_htmx(request):
         return to_chat(request, chat.id)
-    context = await page_context(request, chat, with_list=False)
+    context = await page_context(request, chat, with_list=False, read=read)
     return web(request).templates.response(
         "_chat_update.html",
         position=live_position(context),
