@@ -92,7 +92,7 @@ async def test_htmx_send_returns_the_list_with_a_streaming_reply(web_client_fact
     await client.wait_idle(chat_id)
 
 
-async def test_a_sends_answer_shows_the_page_read_as_its_run_was_recorded(
+async def test_a_send_reads_its_page_and_history_with_its_record(
     web_client_factory: MakeClient, monkeypatch: pytest.MonkeyPatch
 ):
     model = ScriptedModel(["first reply", "second reply"], chunk_delay=SLOW)
@@ -100,15 +100,20 @@ async def test_a_sends_answer_shows_the_page_read_as_its_run_was_recorded(
     chat_id = await client.new_chat()
     await client.send(chat_id, "one", client_id="a")
     await client.wait_idle(chat_id)
-    store = client.web.chats.store
-    reads: list[object] = []
-    real_page = store.page
+    reads: list[str] = []
 
-    async def page(*args: Any, **kwargs: Any) -> Any:
-        reads.append(args)
-        return await real_page(*args, **kwargs)
+    def counted(owner: object, name: str) -> None:
+        real = getattr(owner, name)
 
-    monkeypatch.setattr(store, "page", page)
+        async def read(*args: Any, **kwargs: Any) -> Any:
+            reads.append(name)
+            return await real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, read)
+
+    counted(client.web.chats.store, "page")
+    counted(client.web.session, "load")
+    counted(client.web.checkpointer, "load")
     response = await client.send(chat_id, "two", client_id="b", htmx=True)
     assert response.status_code == 200
     shown = messages(parse_html(response.text))
@@ -116,8 +121,15 @@ async def test_a_sends_answer_shows_the_page_read_as_its_run_was_recorded(
     assert reply_text(shown[1]) == "first reply"
     assert shown[2].find(class_="content").text() == "two"
     assert shown[3].attrs["data-status"] == "streaming"
-    assert reads == []  # the transaction that recorded the run read the page too
     await client.wait_idle(chat_id)
+    # The transaction that recorded the run read the page: the answer showed it, and
+    # the run took its history from it (and knew its new id had no checkpoint).
+    assert reads == []
+    assert model.requests[-1] == [UserEntry("one"), AssistantEntry("first reply"), UserEntry("two")]
+    assert [s.entries[-1] for s in await client.web.session.segments(chat_id)] == [
+        AssistantEntry("first reply"),
+        AssistantEntry("second reply"),
+    ]
 
 
 async def test_retried_send_with_the_same_client_id_starts_one_run(web_client_factory: MakeClient):

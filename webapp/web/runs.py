@@ -56,6 +56,7 @@ from webapp.web.chat_tree import continued
 from webapp.web.cluster import Cluster
 from webapp.web.followers import Followers, reply_to_json
 from webapp.web.fragments import Fragments
+from webapp.web.preloaded import preloaded
 from webapp.web.run_state import RunState
 from webapp.web.view_models import ReplyStatus, ReplyView, reply_from_entries, split_run
 
@@ -163,8 +164,7 @@ class RunManager:
 
         A continuation (``continues``: the reply it goes on with) runs with no
         input; its text streams into that reply. With ``page``, also the chat's
-        latest page of that many runs, read as the run was recorded (see
-        `ChatStore.begin_run`).
+        latest page of that many runs, read with the run's record (`ChatStore.begin_run`).
         """
         # The input goes with the run's record: a crash before the run's first
         # checkpoint restarts it from there (see `_recover_one`).
@@ -180,7 +180,8 @@ class RunManager:
             await self._publish_start(state)
         # Not deleted on success: `end_run` drops the checkpoint with the chat's own update.
         options = CheckpointOptions(self.checkpointer, new.run_id, if_run_exists="fail")
-        self._launch(state, [] if continues is not None else text, options)
+        session, options = preloaded(latest, chat_id, self.session, options)
+        self._launch(state, [] if continues is not None else text, options, session)
         return state, latest
 
     async def _publish_start(self, state: RunState) -> None:
@@ -233,11 +234,13 @@ class RunManager:
         if self.cluster is not None:
             self.cluster.write(state.run_id, state.epoch, state.seq, event, data, json.dumps(delta))
 
-    def _launch(self, state: RunState, text: str | list[Entry], options: CheckpointOptions) -> None:
+    def _launch(
+        self, state: RunState, text: str | list[Entry], options: CheckpointOptions, session: Session
+    ) -> None:
         state.handle = Runner.stream(
             self.agent,
             text,
-            session=self.session,
+            session=session,
             session_id=state.chat_id,
             checkpoint=options,
             max_turns=self.max_turns,
@@ -544,10 +547,10 @@ class RunManager:
     def _launch_resumed(self, state: RunState) -> None:
         if state.from_input:
             options = CheckpointOptions(self.checkpointer, state.run_id, if_run_exists="fail")
-            self._launch(state, state.input_text, options)
+            self._launch(state, state.input_text, options, self.session)
             return
         options = CheckpointOptions(self.checkpointer, state.run_id, if_run_exists="resume_only")
-        self._launch(state, [], options)
+        self._launch(state, [], options, self.session)
 
     async def _let_go(self, state: RunState) -> None:
         """With other processes: the run's records are written, its lease released."""
