@@ -169,6 +169,25 @@ async def test_a_write_waits_for_another_connections_lock(tmp_path: Path, wal: b
     await store.close()
 
 
+async def test_opening_waits_for_another_connections_lock_to_apply_its_schema(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "items.db"
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    asyncio.get_running_loop().call_later(0.4, other.execute, "COMMIT")
+    store = make_store(path, wal=False, busy_timeout=5)
+    started = time.monotonic()
+    assert await names(store) == []
+    assert time.monotonic() - started >= 0.3
+    # The tables and their version, together and once.
+    assert other.execute("SELECT name, version FROM schema_versions").fetchall() == [("items", 1)]
+    await store.write(insert("a"))
+    assert await names(store) == ["a"]
+    other.close()
+    await store.close()
+
+
 async def test_a_lock_held_too_long_gives_up_clearly_and_writes_nothing(tmp_path: Path) -> None:
     path = tmp_path / "items.db"
     store = make_store(path, wal=True, busy_timeout=0.3)

@@ -71,6 +71,7 @@ from webapp.stores.sqlite_connection import (
     is_busy,
     on_connection_thread,
     open_connection,
+    retrying,
 )
 
 __all__ = [
@@ -365,14 +366,7 @@ class SQLiteStore:
         try:
             db = await self._connection()
             wait = LockWait(self.path, self.busy_timeout)
-            while True:
-                try:
-                    job.result = await on_connection_thread(db, job.read)
-                    return
-                except sqlite3.OperationalError as exc:
-                    if not is_busy(exc):
-                        raise
-                await wait.pause("reading")
+            job.result = await retrying(db, job.read, wait, "reading")
         except Exception as exc:  # noqa: BLE001 -- the reader's own error, handed back to it
             job.error = exc
 

@@ -25,14 +25,13 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import aiosqlite
 
 __all__ = [
-    "DbFn",
     "LockWait",
     "Schema",
     "StoreBusyError",
@@ -40,13 +39,12 @@ __all__ = [
     "is_busy",
     "on_connection_thread",
     "open_connection",
-    "run_transaction",
+    "retrying",
     "split_statements",
 ]
 
 logger = logging.getLogger("webapp.stores.sqlite_connection")
 
-DbFn = Callable[[aiosqlite.Connection], Awaitable[Any]]
 T = TypeVar("T")
 
 _BACKOFF_START = 0.002
@@ -141,22 +139,36 @@ class LockWait:
         await asyncio.sleep(min(_BACKOFF_MAX, remaining, _BACKOFF_START * 2 ** min(self.tries, 10)))
 
 
-async def run_transaction(db: aiosqlite.Connection, begin: str, fn: DbFn, wait: LockWait) -> Any:
-    """Run ``fn`` in its own transaction, retrying lock failures until ``wait`` gives up."""
+async def retrying(
+    db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T], wait: LockWait, doing: str
+) -> T:
+    """`on_connection_thread` of ``fn``, run again after a lock failure until ``wait``
+    gives up (``fn`` must leave no transaction open when it fails)."""
     while True:
         try:
-            await db.execute(begin)
-            try:
-                result = await fn(db)
-                await db.execute("COMMIT")
-                return result
-            finally:
-                if db.in_transaction:
-                    await db.execute("ROLLBACK")
+            return await on_connection_thread(db, fn)
         except sqlite3.OperationalError as exc:
             if not is_busy(exc):
                 raise
-        await wait.pause("running a transaction")
+        await wait.pause(doing)
+
+
+def _in_transaction(
+    begin: str, fn: Callable[[sqlite3.Connection], T]
+) -> Callable[[sqlite3.Connection], T]:
+    """``fn`` between ``begin`` and COMMIT, rolled back if either fails."""
+
+    def transaction(conn: sqlite3.Connection) -> T:
+        conn.execute(begin)
+        try:
+            result = fn(conn)
+            conn.execute("COMMIT")
+            return result
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+
+    return transaction
 
 
 # --- schema -----------------------------------------------------------------------
@@ -183,21 +195,19 @@ class Schema:
         steps = {v: tuple(split_statements(m)) for v, m in (migrations or {}).items()}
         return cls(name, version, tuple(split_statements(sql)), steps)
 
-    async def apply(self, db: aiosqlite.Connection, path: str) -> None:
+    def apply(self, conn: sqlite3.Connection, path: str) -> None:
         """Create or migrate the tables; call inside an open write transaction."""
-        await db.execute(
+        conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_versions "
             "(name TEXT PRIMARY KEY, version INTEGER NOT NULL)"
         )
-        rows = list(
-            await db.execute_fetchall(
-                "SELECT version FROM schema_versions WHERE name = ?", (self.name,)
-            )
-        )
+        rows = conn.execute(
+            "SELECT version FROM schema_versions WHERE name = ?", (self.name,)
+        ).fetchall()
         found = int(rows[0][0]) if rows else None
         if found is None:
             for statement in self.statements:
-                await db.execute(statement)
+                conn.execute(statement)
         elif found > self.version:
             raise sqlite3.OperationalError(
                 f"{path!r} holds {self.name!r} schema version {found}, newer than "
@@ -211,8 +221,8 @@ class Schema:
                         f"to {version + 1} in {path!r}"
                     )
                 for statement in self.migrations[version]:
-                    await db.execute(statement)
-        await db.execute(
+                    conn.execute(statement)
+        conn.execute(
             "INSERT INTO schema_versions (name, version) VALUES (?, ?) "
             "ON CONFLICT (name) DO UPDATE SET version = excluded.version",
             (self.name, self.version),
@@ -239,8 +249,8 @@ async def open_connection(
     db = await _connect(path, busy_timeout, retry_delays)
     try:
         await _configure(db, path, wal=wal, busy_timeout=busy_timeout, synchronous=synchronous)
-        wait = LockWait(path, busy_timeout)
-        await run_transaction(db, "BEGIN IMMEDIATE", lambda conn: schema.apply(conn, path), wait)
+        apply = _in_transaction("BEGIN IMMEDIATE", lambda conn: schema.apply(conn, path))
+        await retrying(db, apply, LockWait(path, busy_timeout), "running a transaction")
     except BaseException:
         await db.close()
         raise
