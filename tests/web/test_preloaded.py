@@ -1,11 +1,16 @@
-"""A new run's first reads answered from its record's page, and only its first."""
+"""A new run's first reads answered from its record's page, and only its first; all
+it asks of the stores waits for its record's commit."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+
+import pytest
 
 from webapp.runtime.options import CheckpointOptions
 from webapp.stores import RunHead, Segment, SQLiteCheckpointer, SQLiteSession
+from webapp.stores.sqlite import CommitFailedError
 from webapp.transcript import AssistantEntry, UserEntry
 from webapp.web.chat_store import Page
 from webapp.web.chat_tree import Tree
@@ -64,6 +69,44 @@ async def test_a_page_that_is_not_the_whole_path_answers_nothing(tmp_path: Path)
         assert isinstance(kept.checkpointer, NewRunCheckpointer)
         assert (kept.run_id, kept.if_run_exists) == (options.run_id, options.if_run_exists)
         assert await session.load("chat") == [UserEntry("on the page"), AssistantEntry("too")]
+
+
+async def test_what_the_run_asks_of_the_stores_waits_for_its_record_to_commit(tmp_path: Path):
+    async with SQLiteSession(tmp_path / "s.db") as real, real_cp(tmp_path) as cp:
+        await real.append("chat", STORED, run_id="r0")
+        commit: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        older = Page(PAGE, True, Tree([]))  # not the whole path: nothing is preloaded
+        session, options = preloaded(older, "chat", real, CheckpointOptions(cp, "new"), commit)
+        load = asyncio.ensure_future(session.load("chat"))
+        checkpoint = options.checkpointer
+        save = asyncio.ensure_future(checkpoint.append("new", [UserEntry("x")], RunHead("a")))
+        await asyncio.sleep(0.05)
+        assert not load.done() and not save.done()
+        assert await cp.load("new") is None
+        commit.set_result(None)
+        assert await load == STORED  # what another connection sees once it is committed
+        await save
+        snapshot = await cp.load("new")
+        assert snapshot is not None and snapshot.entries == [UserEntry("x")]
+
+
+async def test_after_a_failed_commit_nothing_the_run_writes_is_kept(tmp_path: Path):
+    async with SQLiteSession(tmp_path / "s.db") as real, real_cp(tmp_path) as cp:
+        commit: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        whole = Page(PAGE, False, Tree([]))
+        session, options = preloaded(whole, "chat", real, CheckpointOptions(cp, "new"), commit)
+        assert await session.load("chat") == [UserEntry("on the page"), AssistantEntry("too")]
+        assert await options.checkpointer.load("new") is None  # answered: no waiting
+        save = asyncio.ensure_future(
+            options.checkpointer.append("new", [UserEntry("x")], RunHead("a"))
+        )
+        append = asyncio.ensure_future(session.append("chat", [UserEntry("y")], run_id="new"))
+        commit.set_exception(CommitFailedError("could not commit: disk I/O error"))
+        for write in (save, append):
+            with pytest.raises(CommitFailedError):
+                await write
+        assert await cp.load("new") is None
+        assert await real.load("chat") == []
 
 
 def real_cp(tmp_path: Path) -> SQLiteCheckpointer:

@@ -110,6 +110,7 @@ class _Job:
     params: Any = ()
     result: Any = None
     error: BaseException | None = None
+    written: Callable[[Any], None] | None = None  # told the result before the COMMIT
 
     def run(self, conn: sqlite3.Connection) -> Any:
         """The job's work, on the connection's own thread."""
@@ -202,10 +203,18 @@ class SQLiteStore:
         if the file is locked."""
         return await self._submit("read", fn)  # type: ignore[no-any-return]
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def write(
+        self, fn: Callable[[sqlite3.Connection], T], *, written: Callable[[T], None] | None = None
+    ) -> T:
         """Run ``fn(conn)`` in a committed transaction (maybe shared with other writes),
-        on the connection's thread; a re-run batch calls it again."""
-        return await self._submit("write", fn)  # type: ignore[no-any-return]
+        on the connection's thread; a re-run batch calls it again.
+
+        ``written``, if given, is called on the event loop with ``fn``'s result as the
+        transaction starts to COMMIT (its fsync): work that needs the result, not its
+        durability, can go on meanwhile. It may be called again if the batch is re-run,
+        and the write may still fail after it: what it starts must wait for this call
+        to return before making anything of the result lasting or visible."""
+        return await self._submit("write", fn, written=written)  # type: ignore[no-any-return]
 
     async def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> None:
         """Write one statement, committed like `write`.
@@ -240,9 +249,10 @@ class SQLiteStore:
         fn: Fn | None,
         sql: str | None = None,
         params: Any = (),
+        written: Callable[[Any], None] | None = None,
     ) -> Any:
         loop = asyncio.get_running_loop()
-        job = _Job(kind, loop.create_future(), fn, sql, params)
+        job = _Job(kind, loop.create_future(), fn, sql, params, written=written)
         if self._runs_inline(job):
             await self._run_inline(job, loop)
         else:
@@ -421,6 +431,7 @@ class SQLiteStore:
             again = _isolated(jobs, conn) if isolate else _together(jobs, conn)
             if again is not None:  # rolled back: nothing of the batch is written
                 return again
+            _tell_written(jobs)
             try:
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
@@ -439,6 +450,13 @@ class SQLiteStore:
             # not committed, so rolling back and running again is safe.
             raise _Retry from exc
         self._fail(jobs, CommitFailedError(_commit_message(self.path, exc)))
+
+
+def _tell_written(jobs: list[_Job]) -> None:
+    """Hand each job's result to its ``written`` callback, on its event loop."""
+    for job in jobs:
+        if job.written is not None and job.error is None:
+            job.future.get_loop().call_soon_threadsafe(job.written, job.result)
 
 
 def _rollback_now(conn: sqlite3.Connection) -> None:

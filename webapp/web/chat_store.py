@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
@@ -308,7 +308,14 @@ class ChatStore:
 
         return await self._store.read(select)
 
-    async def begin_run(self, chat_id: str, new: NewRun, *, page: int | None = None) -> Page | None:
+    async def begin_run(
+        self,
+        chat_id: str,
+        new: NewRun,
+        *,
+        page: int | None = None,
+        written: Callable[[Page | None], None] | None = None,
+    ) -> Page | None:
         """Record the run in flight in one transaction: its place in the tree (with the
         versions it replaces archived and their checkpoints gone), the client id that
         asked, and the chat's active run. Raises `AlreadySentError` when the client id
@@ -317,7 +324,8 @@ class ChatStore:
 
         With ``page``, the same transaction then reads the chat's latest page of that
         many runs, with the new run's node (`page`'s ``also``): what the answer to the
-        request shows, without another trip to the database."""
+        request shows, without another trip to the database. ``written`` is told that
+        page as the transaction commits (`ChatDatabase.write`)."""
         now = time.time()
 
         async def begin(tx: Tx) -> Page | None:
@@ -363,7 +371,7 @@ class ChatStore:
                 raise ChatBusyError(chat_id)
             return None if page is None else await _read_page(tx, chat_id, None, page, [new.run_id])
 
-        return await self._store.write(begin)
+        return await self._store.write(begin, written=written)
 
     async def page(
         self, chat_id: str, *, before: str | None, limit: int, also: list[str]

@@ -17,6 +17,7 @@ attempt (a new epoch: the client gets a reset to the reply as it stands).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import asdict
 from typing import Any
@@ -44,6 +45,19 @@ def reply_to_json(reply: ReplyView) -> dict[str, Any]:
         "live_run_id": reply.live_run_id,
         "cut_short": reply.cut_short,
     }
+
+
+async def publish_start(cluster: Cluster, state: RunState) -> None:
+    """Write a run's first record (what a follower starts from) before anyone can ask
+    another process for the run."""
+    start = {
+        "chat_id": state.chat_id,
+        "input": state.input_text,
+        "continues": state.continues,
+        "reply": reply_to_json(state.reply),
+    }
+    cluster.write(state.run_id, state.epoch, 0, "start", "", json.dumps(start))
+    await cluster.flush()
 
 
 def reply_from_json(data: dict[str, Any]) -> ReplyView:

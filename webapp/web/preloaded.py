@@ -1,16 +1,26 @@
-"""A new run's first reads, answered from the transaction that recorded it.
+"""A new run started from the transaction that records it, before that commits.
 
 Before it can call the model, a run loads its session's history and looks for
-a checkpoint of its own id. `ChatStore.begin_run` has just read the chat's
-latest page in the transaction that recorded the run; when that page is the
-whole shown path, its entries are that history, and an id the same transaction
-entered into the chat's tree (a primary key) has no checkpoint. Answering both
-from memory spares the run two trips to the database, each waiting for the
-event loop to finish the request's answer first.
+a checkpoint of its own id. `ChatStore.begin_run` reads the chat's latest page
+in the transaction that records the run; when that page is the whole shown
+path, its entries are that history, and an id the same transaction entered
+into the chat's tree (a primary key) has no checkpoint. Answering both from
+memory spares the run two trips to the database.
+
+`recording` hands the page over as soon as the transaction has run, while its
+COMMIT (an fsync) is still under way, so the run can build and send its model
+request in what was idle time. Until that commit is through, everything the
+run asks of the real stores waits (`PreloadedSession`, `NewRunCheckpointer`:
+another connection would not see the record yet, and a write must not outlive
+a record that failed), and nobody can watch the run:
+its id reaches a client only in the answer drawn after the commit. If the
+commit fails, the caller stops the run, and nothing of it was kept or shown.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
 from dataclasses import replace
 from typing import Any
 
@@ -18,36 +28,79 @@ from webapp.runtime.options import CheckpointOptions
 from webapp.stores.checkpoint import Checkpointer, RunHead, RunSnapshot
 from webapp.stores.session import Segment, Session
 from webapp.transcript import Entry
-from webapp.web.chat_store import Page
+from webapp.web.chat_store import ChatStore, NewRun, Page
+
+
+async def recording(
+    chats: ChatStore, chat_id: str, new: NewRun, page: int | None
+) -> tuple[Page | None, asyncio.Future[Page | None] | None]:
+    """Record ``new`` (`ChatStore.begin_run`), returning once its transaction has run:
+    the page read with it, and the commit still to await (None once it is done)."""
+    loop = asyncio.get_running_loop()
+    written: asyncio.Future[Page | None] = loop.create_future()
+
+    def tell(read: Page | None) -> None:
+        if not written.done():  # a batch run again tells again: the first is the page
+            written.set_result(read)
+
+    commit = asyncio.ensure_future(chats.begin_run(chat_id, new, page=page, written=tell))
+    try:
+        await asyncio.wait((commit, written), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        commit.cancel()
+        raise
+    if commit.done():
+        return commit.result(), None  # committed already, or failed before its commit
+    return written.result(), commit
 
 
 def preloaded(
-    page: Page | None, chat_id: str, session: Session, options: CheckpointOptions
+    page: Page | None,
+    chat_id: str,
+    session: Session,
+    options: CheckpointOptions,
+    committed: Awaitable[object] | None = None,
 ) -> tuple[Session, CheckpointOptions]:
     """The session and checkpoint options for a new run of chat ``chat_id``: its first
-    reads answered from ``page``, read with its record, if that is the whole path."""
-    if page is None or page.earlier:
+    reads answered from ``page``, read with its record, if that is the whole path; its
+    writes held until ``committed`` (the record's commit, if still under way)."""
+    history = None
+    if page is not None and not page.earlier:
+        history = [entry for segment in page.segments for entry in segment.entries]
+    elif committed is None:
         return session, options
-    history = [entry for segment in page.segments for entry in segment.entries]
-    checkpointer = NewRunCheckpointer(options.checkpointer, options.run_id)
-    return PreloadedSession(session, chat_id, history), replace(options, checkpointer=checkpointer)
+    checkpointer = NewRunCheckpointer(
+        options.checkpointer, options.run_id if history is not None else None, committed
+    )
+    preloaded_session = PreloadedSession(session, chat_id, history, committed)
+    return preloaded_session, replace(options, checkpointer=checkpointer)
 
 
 class PreloadedSession:
-    """``session``, whose next `load` of ``session_id`` returns ``entries``."""
+    """``session``, whose next `load` of ``session_id`` returns ``entries`` (if any);
+    what goes to ``session`` waits for ``committed``."""
 
-    def __init__(self, session: Session, session_id: str, entries: list[Entry]) -> None:
+    def __init__(
+        self,
+        session: Session,
+        session_id: str,
+        entries: list[Entry] | None,
+        committed: Awaitable[object] | None = None,
+    ) -> None:
         self._session = session
         self._session_id = session_id
-        self._entries: list[Entry] | None = entries
+        self._entries = entries
+        self._committed = committed
 
     async def load(self, session_id: str) -> list[Entry]:
         entries, self._entries = self._entries, None  # once: later loads see later writes
         if session_id == self._session_id and entries is not None:
             return entries
+        await self._wait_committed()
         return await self._session.load(session_id)
 
     async def segments(self, session_id: str) -> list[Segment]:
+        await self._wait_committed()
         return await self._session.segments(session_id)
 
     async def append(
@@ -59,30 +112,52 @@ class PreloadedSession:
         meta: dict[str, Any] | None = None,
     ) -> str:
         self._entries = None
+        await self._wait_committed()
         return await self._session.append(session_id, entries, run_id=run_id, meta=meta)
 
     async def clear(self, session_id: str) -> None:
         self._entries = None
+        await self._wait_committed()
         await self._session.clear(session_id)
+
+    async def _wait_committed(self) -> None:
+        if self._committed is not None:
+            await self._committed
+            self._committed = None
 
 
 class NewRunCheckpointer:
-    """``checkpointer``, knowing that run ``run_id`` has no checkpoint yet."""
+    """``checkpointer``, knowing that run ``run_id`` (if any) has no checkpoint yet;
+    what goes to ``checkpointer`` waits for ``committed``."""
 
-    def __init__(self, checkpointer: Checkpointer, run_id: str) -> None:
+    def __init__(
+        self,
+        checkpointer: Checkpointer,
+        run_id: str | None,
+        committed: Awaitable[object] | None = None,
+    ) -> None:
         self._checkpointer = checkpointer
-        self._new: str | None = run_id
+        self._new = run_id
+        self._committed = committed
 
     async def load(self, run_id: str) -> RunSnapshot | None:
         new, self._new = self._new, None  # once: the run writes its own from then on
         if run_id == new:
             return None
+        await self._wait_committed()
         return await self._checkpointer.load(run_id)
 
     async def append(self, run_id: str, entries: list[Entry], head: RunHead) -> None:
         self._new = None
+        await self._wait_committed()
         await self._checkpointer.append(run_id, entries, head)
 
     async def delete(self, run_id: str) -> None:
         self._new = None
+        await self._wait_committed()
         await self._checkpointer.delete(run_id)
+
+    async def _wait_committed(self) -> None:
+        if self._committed is not None:
+            await self._committed
+            self._committed = None

@@ -54,9 +54,9 @@ from webapp.web import event_names as names
 from webapp.web.chat_store import Chat, ChatStore, NewRun, Page
 from webapp.web.chat_tree import continued
 from webapp.web.cluster import Cluster
-from webapp.web.followers import Followers, reply_to_json
+from webapp.web.followers import Followers, publish_start, reply_to_json
 from webapp.web.fragments import Fragments
-from webapp.web.preloaded import preloaded
+from webapp.web.preloaded import preloaded, recording
 from webapp.web.run_state import RunState
 from webapp.web.view_models import ReplyStatus, ReplyView, reply_from_entries, split_run
 
@@ -168,35 +168,33 @@ class RunManager:
         """
         # The input goes with the run's record: a crash before the run's first
         # checkpoint restarts it from there (see `_recover_one`).
-        latest = await self.chats.begin_run(
-            chat_id, new if continues is not None else replace(new, input=text), page=page
-        )
+        record = new if continues is not None else replace(new, input=text)
+        if self.cluster is None:  # the run starts while its record commits
+            latest, commit = await recording(self.chats, chat_id, record, page)
+        else:  # a new run's lease and first record need its record committed
+            latest, commit = await self.chats.begin_run(chat_id, record, page=page), None
         if continues is None:
             state = self._new_state(chat_id, new.run_id, text, ReplyView(new.run_id))
         else:
             state = self._continuing(chat_id, new.run_id, continues)
         if self.cluster is not None:  # a new run: nobody else can hold its lease
             await self.cluster.claim(state.run_id, chat_id, state.epoch)
-            await self._publish_start(state)
+            await publish_start(self.cluster, state)
         # Not deleted on success: `end_run` drops the checkpoint with the chat's own update.
         options = CheckpointOptions(self.checkpointer, new.run_id, if_run_exists="fail")
-        session, options = preloaded(latest, chat_id, self.session, options)
-        self._launch(state, [] if continues is not None else text, options, session)
+        session, options = preloaded(latest, chat_id, self.session, options, commit)
+        task = self._launch(state, [] if continues is not None else text, options, session)
+        if commit is not None:
+            try:
+                await commit
+            except BaseException:  # nothing of the run was kept or shown: stop it
+                task.cancel()
+                if state.handle is not None:
+                    state.handle.cancel()
+                self._runs.pop(state.run_id, None)
+                self._latest.pop(chat_id, None)
+                raise
         return state, latest
-
-    async def _publish_start(self, state: RunState) -> None:
-        """With other processes: write the run's first record (what a follower starts
-        from) before anyone can ask another process for the run."""
-        if self.cluster is None:
-            return
-        start = {
-            "chat_id": state.chat_id,
-            "input": state.input_text,
-            "continues": state.continues,
-            "reply": reply_to_json(state.reply),
-        }
-        self.cluster.write(state.run_id, state.epoch, 0, "start", "", json.dumps(start))
-        await self.cluster.flush()
 
     def _continuing(
         self, chat_id: str, run_id: str, reply: ReplyView, epoch: str | None = None
@@ -236,7 +234,7 @@ class RunManager:
 
     def _launch(
         self, state: RunState, text: str | list[Entry], options: CheckpointOptions, session: Session
-    ) -> None:
+    ) -> asyncio.Task[None]:
         state.handle = Runner.stream(
             self.agent,
             text,
@@ -250,6 +248,7 @@ class RunManager:
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _consume(self, state: RunState) -> None:
         """The run's own task: events into the log, then the final bookkeeping."""
@@ -498,7 +497,8 @@ class RunManager:
             if self.cluster is not None:
                 await self.cluster.release(run_id)
             return 0
-        await self._publish_start(state)
+        if self.cluster is not None:
+            await publish_start(self.cluster, state)
         self._launch_resumed(state)
         return 1
 
