@@ -27,15 +27,17 @@ async def test_a_send_is_recorded_with_its_page_in_one_trip(
     async with ChatStore(tmp_path / "chat.db") as store:
         chat, other = await store.create(), await store.create()
         trips = count_sqlite_trips()
-        # Seven statements: the client id, the tree's end and numbers, the new node,
-        # the input and the chat's active run.
-        await store.begin_run(chat.id, NewRun("r1", client_id="c1", input="hi", title="hi"))
+        # Eight statements: the client id, the tree's end and numbers, the new node,
+        # the input, the chat's active run and title, and the chat as they left it.
+        begun = await store.begin_run(chat.id, NewRun("r1", client_id="c1", input="hi", title="hi"))
         assert trips[0] == 1
+        assert (begun.chat.id, begun.chat.title, begun.chat.active_run_id) == (chat.id, "hi", "r1")
+        assert begun.chat.updated_at >= chat.updated_at and begun.page is None
         page = await store.page(chat.id, before=None, limit=50, also=["r1"])
         assert trips[0] == 2
         assert page is not None and "r1" in page.tree.nodes
         # With the page its answer shows, read after the writes in the same one trip.
-        page = await store.begin_run(other.id, NewRun("r3", input="yo"), page=50)
+        page = (await store.begin_run(other.id, NewRun("r3", input="yo"), page=50)).page
         assert trips[0] == 3
         assert page is not None and list(page.tree.nodes) == ["r3"]
         # Refused by the database, in the same one trip: nothing of it is kept.

@@ -115,6 +115,10 @@ async def test_unknown_chat_is_a_404_page(web_client_factory: MakeClient):
     assert response.status_code == 404
     assert response.headers["HX-Retarget"] == "#composer-alert"
     assert "does not exist" in parse_html(response.text).find(role="alert").norm_text()
+    # A send is refused by its own record, which writes nothing of it.
+    response = await client.http.post("/chats/nope/messages", data={"text": "x", "client_id": "c1"})
+    assert response.status_code == 404
+    assert await client.web.store.find_send("c1") is None
 
 
 async def test_unknown_message_and_run_ids_are_404(web_client_factory: MakeClient):

@@ -14,7 +14,7 @@ from webapp.models import ScriptedModel
 from webapp.runtime.model import ModelPart, ModelRequest
 from webapp.stores.sqlite import CommitFailedError
 from webapp.transcript import AssistantEntry, UserEntry
-from webapp.web.chat_store import NewRun
+from webapp.web.chat_store import Begun, NewRun
 
 SLOW = 0.05  # seconds per scripted word
 
@@ -97,7 +97,9 @@ async def test_a_run_whose_record_fails_to_commit_is_stopped_and_leaves_nothing(
         # The transaction ran (its page is what the chat shows) and then its commit
         # failed: told, then an error, nothing written.
         assert written is not None and page is not None
-        written(await store.page(chat_id, before=None, limit=page, also=[]))
+        chat = await store.get(chat_id)
+        assert chat is not None
+        written(Begun(chat, await store.page(chat_id, before=None, limit=page, also=[])))
 
         async def asked() -> bool:
             return len(model.requests) == 1

@@ -257,25 +257,21 @@ class ChatService:
                 if chat is not None:
                     return AlreadySent(chat)
             chat = await self.store.create()
-            async with self.runs.lock(chat.id):
-                started = await self._start(chat, text, NewRun(new_run_id(), client_id=client_id))
-            if isinstance(started, Busy):
-                raise TypeError(f"a run is active in the new chat {chat.id}")
-            return started
+            async with self.runs.lock(chat.id):  # a new chat: nothing can refuse its run
+                return await self._start(chat.id, text, NewRun(new_run_id(), client_id=client_id))
 
     async def send(self, chat_id: str, text: str, client_id: str | None) -> SendOutcome:
         async with self.runs.lock(chat_id):
-            chat = await self._settled(chat_id)
-            if chat is None:
-                return ChatNotFound()
-            if chat.active_run_id:  # busy -- unless this very message started that run
-                if client_id is not None and await self.store.sent_run(chat_id, client_id):
-                    return AlreadySent(chat)
-                return Busy(chat)
-            try:  # an idle chat: begin_run itself finds a client id that was sent before
-                return await self._start(chat, text, NewRun(new_run_id(), client_id=client_id))
-            except AlreadySentError:
-                return AlreadySent(chat)
+            await self.runs.settle(chat_id)
+            # The run's record is the check: it refuses a client id sent before, a chat
+            # with a run active and a chat that is not there, writing nothing.
+            try:
+                return await self._start(chat_id, text, NewRun(new_run_id(), client_id=client_id))
+            except (AlreadySentError, ChatBusyError) as refused:
+                chat = await self.store.get(chat_id)
+                if chat is None:
+                    return ChatNotFound()
+                return AlreadySent(chat) if isinstance(refused, AlreadySentError) else Busy(chat)
 
     async def edit(self, chat_id: str, run_id: str, text: str) -> EditOutcome:
         """A new version of the user message whose run is ``run_id`` (SPEC §7)."""
@@ -295,7 +291,7 @@ class ChatService:
             ):
                 rename = title_from_text(text)  # the title was made from it: follow the edit
             new = NewRun(new_run_id(), "edit", target=run_id, rename=rename)
-            return await self._start(chat, text, new)
+            return await self._start_in(chat, text, new)
 
     async def regenerate(self, chat_id: str, run_id: str | None = None) -> RegenerateOutcome:
         """A new version of the reply of run ``run_id`` (the last reply when None)."""
@@ -310,7 +306,8 @@ class ChatService:
                 return NothingToRegenerate(chat)
             first = segments[index].entries[0]
             text = first.text if isinstance(first, UserEntry) else ""
-            return await self._start(chat, text, NewRun(new_run_id(), "regenerate", target=run_id))
+            regenerated = NewRun(new_run_id(), "regenerate", target=run_id)
+            return await self._start_in(chat, text, regenerated)
 
     async def continue_reply(self, chat_id: str, run_id: str) -> ContinueOutcome:
         """Run the model again on a stopped or cut-short last reply; its text joins it."""
@@ -325,12 +322,12 @@ class ChatService:
                 return CannotContinue(chat)
             new = NewRun(new_run_id(), "continue", target=run_id)
             try:
-                state, page = await self.runs.start(
+                state, begun = await self.runs.start(
                     chat.id, new, "", continues=replies[0], page=PAGE_RUNS
                 )
             except ChatBusyError:
                 return Busy(chat)
-            return Started(replace(chat, active_run_id=state.run_id), state, page)
+            return Started(begun.chat, state, begun.page)
 
     @contextlib.asynccontextmanager
     async def _idle(self, chat_id: str) -> AsyncIterator[Chat | ChatNotFound | Busy]:
@@ -351,15 +348,18 @@ class ChatService:
         await self.runs.settle(chat_id)
         return await self.store.get(chat_id)
 
-    async def _start(self, chat: Chat, text: str, new: NewRun) -> Started | Busy:
-        title = new.rename or chat.title or title_from_text(text)
-        if not chat.title:
-            new = replace(new, title=title)
+    async def _start(self, chat_id: str, text: str, new: NewRun) -> Started:
+        """Start ``new`` from ``text`` (chat lock held); raises what `ChatStore.begin_run`
+        raises. A chat with no title yet takes one from the text."""
+        new = replace(new, title=title_from_text(text))
+        state, begun = await self.runs.start(chat_id, new, text, page=PAGE_RUNS)
+        return Started(begun.chat, state, begun.page)
+
+    async def _start_in(self, chat: Chat, text: str, new: NewRun) -> Started | Busy:
         try:
-            state, page = await self.runs.start(chat.id, new, text, page=PAGE_RUNS)
+            return await self._start(chat.id, text, new)
         except ChatBusyError:  # the database says a run began first (another process)
             return Busy(chat)
-        return Started(replace(chat, title=title, active_run_id=state.run_id), state, page)
 
     # --- versions ----------------------------------------------------------------------
 

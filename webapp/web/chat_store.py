@@ -99,6 +99,15 @@ class Page:
 
 
 @dataclass(frozen=True)
+class Begun:
+    """A run's record, as its transaction left the chat: the chat's row (its active run
+    and title set), and the latest page if one was asked for."""
+
+    chat: Chat
+    page: Page | None = None
+
+
+@dataclass(frozen=True)
 class NewRun:
     """A run about to start, and where it goes in the chat's tree.
 
@@ -294,41 +303,27 @@ class ChatStore:
 
         return await self._store.read(select)
 
-    async def sent_run(self, chat_id: str, client_id: str) -> str | None:
-        """The run a client message id already started, if any."""
-
-        async def select(tx: Tx) -> str | None:
-            rows = list(
-                await tx.fetch(
-                    "SELECT run_id FROM sends WHERE chat_id = ? AND client_id = ?",
-                    (chat_id, client_id),
-                )
-            )
-            return str(rows[0][0]) if rows else None
-
-        return await self._store.read(select)
-
     async def begin_run(
         self,
         chat_id: str,
         new: NewRun,
         *,
         page: int | None = None,
-        written: Callable[[Page | None], None] | None = None,
-    ) -> Page | None:
+        written: Callable[[Begun], None] | None = None,
+    ) -> Begun:
         """Record the run in flight in one transaction: its place in the tree (with the
         versions it replaces archived and their checkpoints gone), the client id that
         asked, and the chat's active run. Raises `AlreadySentError` when the client id
         started a run before, and `ChatBusyError` when the chat already has an active
-        run (writing nothing either way): the database decides.
+        run or does not exist (writing nothing either way): the database decides.
 
-        With ``page``, the same transaction then reads the chat's latest page of that
-        many runs, with the new run's node (`page`'s ``also``): what the answer to the
-        request shows, without another trip to the database. ``written`` is told that
-        page as the transaction commits (`ChatDatabase.write`)."""
+        Returns the chat's row as the transaction left it and, with ``page``, its latest
+        page of that many runs, with the new run's node (`page`'s ``also``): what the
+        answer to the request shows, without another trip to the database. ``written``
+        is told the same as the transaction commits (`ChatDatabase.write`)."""
         now = time.time()
 
-        async def begin(tx: Tx) -> Page | None:
+        async def begin(tx: Tx) -> Begun:
             if new.client_id is not None and not await tx.execute(
                 "INSERT INTO sends (chat_id, client_id, run_id, created_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (chat_id, client_id) DO NOTHING",
@@ -367,9 +362,12 @@ class ChatStore:
                     chat_id,
                 ),
             )
-            if not started:  # another run began first (maybe in another process)
+            if not started:  # another run began first (maybe in another process), or no chat
                 raise ChatBusyError(chat_id)
-            return None if page is None else await _read_page(tx, chat_id, None, page, [new.run_id])
+            rows = await tx.fetch(f"SELECT {_COLUMNS} FROM chats WHERE id = ?", (chat_id,))
+            if page is None:
+                return Begun(_chat(rows[0]))
+            return Begun(_chat(rows[0]), await _read_page(tx, chat_id, None, page, [new.run_id]))
 
         return await self._store.write(begin, written=written)
 

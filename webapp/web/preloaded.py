@@ -28,20 +28,20 @@ from webapp.runtime.options import CheckpointOptions
 from webapp.stores.checkpoint import Checkpointer, RunHead, RunSnapshot
 from webapp.stores.session import Segment, Session
 from webapp.transcript import Entry
-from webapp.web.chat_store import ChatStore, NewRun, Page
+from webapp.web.chat_store import Begun, ChatStore, NewRun, Page
 
 
 async def recording(
     chats: ChatStore, chat_id: str, new: NewRun, page: int | None
-) -> tuple[Page | None, asyncio.Future[Page | None] | None]:
+) -> tuple[Begun, asyncio.Future[Begun] | None]:
     """Record ``new`` (`ChatStore.begin_run`), returning once its transaction has run:
-    the page read with it, and the commit still to await (None once it is done)."""
+    what it read, and the commit still to await (None once it is done)."""
     loop = asyncio.get_running_loop()
-    written: asyncio.Future[Page | None] = loop.create_future()
+    written: asyncio.Future[Begun] = loop.create_future()
 
-    def tell(read: Page | None) -> None:
-        if not written.done():  # a batch run again tells again: the first is the page
-            written.set_result(read)
+    def tell(begun: Begun) -> None:
+        if not written.done():  # a batch run again tells again: the first will do
+            written.set_result(begun)
 
     commit = asyncio.ensure_future(chats.begin_run(chat_id, new, page=page, written=tell))
     try:

@@ -51,7 +51,7 @@ from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.session import Session
 from webapp.transcript import Entry, UserEntry, drop_dangling_tool_calls
 from webapp.web import event_names as names
-from webapp.web.chat_store import Chat, ChatStore, NewRun, Page
+from webapp.web.chat_store import Begun, Chat, ChatStore, NewRun
 from webapp.web.chat_tree import continued
 from webapp.web.cluster import Cluster
 from webapp.web.followers import Followers, publish_start, reply_to_json
@@ -159,20 +159,21 @@ class RunManager:
         *,
         continues: ReplyView | None = None,
         page: int | None = None,
-    ) -> tuple[RunState, Page | None]:
-        """Record ``new`` in the chat and start it (chat lock held, no run active).
+    ) -> tuple[RunState, Begun]:
+        """Record ``new`` in the chat and start it (chat lock held, no run active); with
+        the chat as its record left it and, with ``page``, the chat's latest page of that
+        many runs, read with it (`ChatStore.begin_run`).
 
         A continuation (``continues``: the reply it goes on with) runs with no
-        input; its text streams into that reply. With ``page``, also the chat's
-        latest page of that many runs, read with the run's record (`ChatStore.begin_run`).
+        input; its text streams into that reply.
         """
         # The input goes with the run's record: a crash before the run's first
         # checkpoint restarts it from there (see `_recover_one`).
         record = new if continues is not None else replace(new, input=text)
         if self.cluster is None:  # the run starts while its record commits
-            latest, commit = await recording(self.chats, chat_id, record, page)
+            begun, commit = await recording(self.chats, chat_id, record, page)
         else:  # a new run's lease and first record need its record committed
-            latest, commit = await self.chats.begin_run(chat_id, record, page=page), None
+            begun, commit = await self.chats.begin_run(chat_id, record, page=page), None
         if continues is None:
             state = self._new_state(chat_id, new.run_id, text, ReplyView(new.run_id))
         else:
@@ -182,7 +183,7 @@ class RunManager:
             await publish_start(self.cluster, state)
         # Not deleted on success: `end_run` drops the checkpoint with the chat's own update.
         options = CheckpointOptions(self.checkpointer, new.run_id, if_run_exists="fail")
-        session, options = preloaded(latest, chat_id, self.session, options, commit)
+        session, options = preloaded(begun.page, chat_id, self.session, options, commit)
         task = self._launch(state, [] if continues is not None else text, options, session)
         if commit is not None:
             try:
@@ -194,7 +195,7 @@ class RunManager:
                 self._runs.pop(state.run_id, None)
                 self._latest.pop(chat_id, None)
                 raise
-        return state, latest
+        return state, begun
 
     def _continuing(
         self, chat_id: str, run_id: str, reply: ReplyView, epoch: str | None = None
