@@ -24,7 +24,7 @@ from webhelpers import (
 
 from webapp.models import ScriptedModel
 from webapp.runtime.model import FinishPart, ModelPart, ModelRequest, TextPart
-from webapp.web import create_app, sse
+from webapp.web import create_app, run_state, sse
 from webapp.web.event_names import DONE, TEXT
 from webapp.web.run_state import LogRecord, RunState
 from webapp.web.runs import RunManager
@@ -343,6 +343,64 @@ async def test_a_waiting_reader_runs_in_the_very_next_turn_after_an_append():
     state.append(TEXT, "a")
     await asyncio.sleep(0)  # one turn
     assert reader.done()
+
+
+class BurstModel:
+    """A whole reply at once; notes whether it was read past the first text."""
+
+    def __init__(self) -> None:
+        self.read_on = asyncio.Event()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelPart]:
+        yield TextPart("Hello")
+        self.read_on.set()
+        yield TextPart(" there")
+        yield FinishPart("stop")
+
+
+async def test_a_burst_is_read_on_once_a_reader_has_sent_the_first_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(run_state, "FIRST_TEXT_WAIT", 5.0)  # long, so a wait shows
+    model = BurstModel()
+    app = create_app(tmp_path / "chat.db", model=model)
+    async with serve(app) as base, httpx.AsyncClient(base_url=base, timeout=10) as http:
+        chat_id = (await http.post("/chats")).headers["location"].rsplit("/", 1)[1]
+        await http.post(f"/chats/{chat_id}/messages", data={"text": "hi"})
+        state = app.state.web.runs.latest(chat_id)
+        await asyncio.sleep(0.2)
+        assert state.seq == 1 and not model.read_on.is_set()  # nobody has the text yet
+        url = f"/chats/{chat_id}/runs/{state.run_id}/events?after={state.epoch}:0"
+        events = await timed_events(http, url)
+    assert model.read_on.is_set()
+    assert events[0][1].event == "text"
+    assert text_of_fragments([e for _, e in events]) == "Hello there"
+
+
+async def test_a_run_waits_for_its_first_text_to_be_sent_but_not_for_long(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setattr(run_state, "FIRST_TEXT_WAIT", 5.0)
+    state = RunState("chat", "run", "e.1", "hi", ReplyView("run"))
+    state.append(TEXT, "a")
+    state.first_text = 1  # as the run's task marks it
+    run = asyncio.create_task(state.first_text_read())
+    await asyncio.sleep(0.05)
+    assert not run.done()  # no reader yet
+    events = sse.stream(cast(RunManager, None), state, "e.1", 0)
+    assert parse_sse((await anext(events)).decode())[0].data == "a"
+    assert not run.done()  # sent, but the reader has not come back for more
+    reading = asyncio.create_task(anext(events))
+    await asyncio.wait_for(run, 1)  # it has: the run goes on
+    await asyncio.wait_for(state.first_text_read(), 0.01)  # a reader waits: no wait at all
+    reading.cancel()
+    monkeypatch.setattr(run_state, "FIRST_TEXT_WAIT", 0.05)
+    alone = RunState("chat", "run", "e.1", "hi", ReplyView("run"))
+    alone.append(TEXT, "a")
+    alone.first_text = 1
+    start = asyncio.get_running_loop().time()
+    await asyncio.wait_for(alone.first_text_read(), 1)  # nobody reads: not for ever
+    assert asyncio.get_running_loop().time() - start >= 0.04
 
 
 def test_encoded_events_read_back_as_sent():

@@ -184,16 +184,14 @@ class RunManager:
         # Not deleted on success: `end_run` drops the checkpoint with the chat's own update.
         options = CheckpointOptions(self.checkpointer, new.run_id, if_run_exists="fail")
         session, options = preloaded(begun.page, chat_id, self.session, options, commit)
-        task = self._launch(state, [] if continues is not None else text, options, session)
+        self._launch(state, [] if continues is not None else text, options, session)
         if commit is not None:
             try:
                 await commit
             except BaseException:  # nothing of the run was kept or shown: stop it
-                task.cancel()
-                if state.handle is not None:
-                    state.handle.cancel()
                 self._runs.pop(state.run_id, None)
                 self._latest.pop(chat_id, None)
+                await self.discard(state)
                 raise
         return state, begun
 
@@ -235,7 +233,7 @@ class RunManager:
 
     def _launch(
         self, state: RunState, text: str | list[Entry], options: CheckpointOptions, session: Session
-    ) -> asyncio.Task[None]:
+    ) -> None:
         state.handle = Runner.stream(
             self.agent,
             text,
@@ -244,12 +242,12 @@ class RunManager:
             checkpoint=options,
             max_turns=self.max_turns,
         )
+        state.handle.wait_after_first_text(state.first_text_read)
         task = asyncio.get_running_loop().create_task(
             self._consume(state), name=f"chat-run-{state.run_id}"
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return task
 
     async def _consume(self, state: RunState) -> None:
         """The run's own task: events into the log, then the final bookkeeping."""
@@ -272,12 +270,14 @@ class RunManager:
     def _apply(self, state: RunState, event: Event) -> None:
         reply = state.reply
         if isinstance(event, TextDelta):
-            added = reply.add_text(event.text, new_turn=state.fresh_text)
-            state.fresh_text = False
+            fresh, state.fresh_text = state.fresh_text, False
+            added = reply.add_text(event.text, new_turn=fresh)
             if self.cluster is None:  # the common case, once per token: no delta to build
                 state.append(names.TEXT, self.fragments.text(added))
             else:
                 self._record(state, names.TEXT, self.fragments.text(added), {"added": added})
+            if fresh and not state.first_text:
+                state.first_text = state.seq
         elif isinstance(event, ReasoningDelta):
             added = reply.add_reasoning(event.text, new_turn=state.fresh_reasoning)
             state.fresh_reasoning = False
@@ -355,7 +355,8 @@ class RunManager:
         if isinstance(event, RunCancelled):
             meta = {"status": "stopped"}
         else:
-            meta = {"status": "failed", "error": self.error_text(event.error)}
+            error = event.error
+            meta = {"status": "failed", "error": self.redact(str(error) or type(error).__name__)}
         if state.continues is None and (not entries or not isinstance(entries[0], UserEntry)):
             # Refused before its first save: keep the user's message anyway.
             entries = [UserEntry(state.input_text), *entries]
@@ -380,10 +381,6 @@ class RunManager:
             await self.session.append(chat_id, entries, run_id=run_id, meta=meta)
         await self.chats.end_run(chat_id, run_id)  # and the checkpoint goes with it
         return entries
-
-    def error_text(self, error: BaseException) -> str:
-        text = str(error) or type(error).__name__
-        return self.redact(text)
 
     async def settle(self, chat_id: str) -> None:
         """Finish the bookkeeping of a run whose terminal event already arrived.
