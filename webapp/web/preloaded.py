@@ -12,9 +12,9 @@ COMMIT (an fsync) is still under way, so the run can build and send its model
 request in what was idle time. Until that commit is through, everything the
 run asks of the real stores waits (`PreloadedSession`, `NewRunCheckpointer`:
 another connection would not see the record yet, and a write must not outlive
-a record that failed), and nobody can watch the run:
-its id reaches a client only in the answer drawn after the commit. If the
-commit fails, the caller stops the run, and nothing of it was kept or shown.
+a record that failed), and nobody can watch the run: its id reaches a client
+only in the answer drawn after the commit. If the commit fails, the caller
+stops the run, and nothing of it was kept or shown.
 """
 
 from __future__ import annotations
