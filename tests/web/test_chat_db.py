@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from webapp.web.chat_db import Tx
-from webapp.web.chat_store import AlreadySentError, ChatStore, NewRun
+from webapp.web.chat_store import AlreadySentError, Begun, ChatBusyError, ChatStore, NewRun
 
 
 async def test_a_send_is_recorded_with_its_page_in_one_trip(
@@ -47,6 +47,24 @@ async def test_a_send_is_recorded_with_its_page_in_one_trip(
     with closing(sqlite3.connect(tmp_path / "chat.db")) as db:
         rows = db.execute("SELECT run_id FROM run_inputs ORDER BY run_id").fetchall()
         assert rows == [("r1",), ("r3",)]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_begin_run_tells_what_it_read_before_it_returns(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    location = tmp_path / "chat.db" if kind == "sqlite" else request.getfixturevalue("postgres_dsn")
+    async with ChatStore(location) as store:
+        chat = await store.create()
+        told: list[Begun] = []
+        begun = await store.begin_run(
+            chat.id, NewRun("r1", input="hi", title="hi"), page=25, written=told.append
+        )
+        assert told == [begun]  # the same read, handed over before the commit returned
+        assert begun.chat.active_run_id == "r1" and begun.page is not None
+        with pytest.raises(ChatBusyError):  # refused: nothing to tell
+            await store.begin_run(chat.id, NewRun("r2", input="again"), written=told.append)
+        assert told == [begun]
 
 
 async def test_a_transaction_that_awaits_anything_else_is_refused_and_writes_nothing(
