@@ -76,7 +76,19 @@ def preloaded(
     return preloaded_session, replace(options, checkpointer=checkpointer)
 
 
-class PreloadedSession:
+class _AfterCommit:
+    """What an adapter asks of a real store waits for ``committed`` (once awaited, no more)."""
+
+    def __init__(self, committed: Awaitable[object] | None) -> None:
+        self._committed = committed
+
+    async def _wait_committed(self) -> None:
+        if self._committed is not None:
+            await self._committed
+            self._committed = None
+
+
+class PreloadedSession(_AfterCommit):
     """``session``, whose next `load` of ``session_id`` returns ``entries`` (if any);
     what goes to ``session`` waits for ``committed``."""
 
@@ -87,10 +99,10 @@ class PreloadedSession:
         entries: list[Entry] | None,
         committed: Awaitable[object] | None = None,
     ) -> None:
+        super().__init__(committed)
         self._session = session
         self._session_id = session_id
         self._entries = entries
-        self._committed = committed
 
     async def load(self, session_id: str) -> list[Entry]:
         entries, self._entries = self._entries, None  # once: later loads see later writes
@@ -120,13 +132,8 @@ class PreloadedSession:
         await self._wait_committed()
         await self._session.clear(session_id)
 
-    async def _wait_committed(self) -> None:
-        if self._committed is not None:
-            await self._committed
-            self._committed = None
 
-
-class NewRunCheckpointer:
+class NewRunCheckpointer(_AfterCommit):
     """``checkpointer``, knowing that run ``run_id`` (if any) has no checkpoint yet;
     what goes to ``checkpointer`` waits for ``committed``."""
 
@@ -136,9 +143,9 @@ class NewRunCheckpointer:
         run_id: str | None,
         committed: Awaitable[object] | None = None,
     ) -> None:
+        super().__init__(committed)
         self._checkpointer = checkpointer
         self._new = run_id
-        self._committed = committed
 
     async def load(self, run_id: str) -> RunSnapshot | None:
         new, self._new = self._new, None  # once: the run writes its own from then on
@@ -156,8 +163,3 @@ class NewRunCheckpointer:
         self._new = None
         await self._wait_committed()
         await self._checkpointer.delete(run_id)
-
-    async def _wait_committed(self) -> None:
-        if self._committed is not None:
-            await self._committed
-            self._committed = None
