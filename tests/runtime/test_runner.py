@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
+import logging
 import time
 
 import pytest
@@ -328,6 +330,22 @@ async def test_a_burst_of_buffered_parts_does_not_hold_the_event_loop():
     assert first_seen - model.first_at < 0.02, f"{first_seen - model.first_at:.3f} s"
     # and the loop served others all along (slices of ~5 ms, not one of 120 ms)
     assert max(gaps) < 0.05, f"the loop was held for {max(gaps):.3f} s"
+
+
+def test_a_failed_runs_error_is_handed_over_not_left_for_asyncio_to_log(
+    caplog: pytest.LogCaptureFixture,
+):
+    # The caller gets the failure as RunFailed; asyncio must not also log the task's
+    # exception when it goes (its text can hold what the app redacts from users).
+    async def fail() -> None:
+        model = ScriptedModel([RuntimeError("secret-ish")])
+        events = [event async for event in Runner.stream(Agent("a", model=model), "go")]
+        assert isinstance(events[-1], RunFailed) and str(events[-1].error) == "secret-ish"
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        asyncio.run(fail())
+        gc.collect()  # the task goes: asyncio logs an exception nobody retrieved
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
 
 
 class WatchedModel:

@@ -50,13 +50,16 @@ class RunHandle:
             self._arrived.set_result(None)
 
     def _ensure_terminal(self, task: asyncio.Task[RunResult]) -> None:
-        # A task cancelled before its first step never runs its own handlers.
+        # Retrieved here, whoever awaits the result: the failure reaches the caller as
+        # RunFailed, and asyncio would otherwise log it, unredacted, when the task goes.
+        error = None if task.cancelled() else task.exception()
         if self._run.terminal_sent:
             return
+        # A task cancelled before its first step never runs its own handlers.
         if task.cancelled():
             self._emit(RunCancelled([]))
-        elif task.exception() is not None:
-            self._emit(RunFailed(task.exception(), []))  # type: ignore[arg-type]
+        elif error is not None:
+            self._emit(RunFailed(error, []))  # type: ignore[arg-type]
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self._events()
