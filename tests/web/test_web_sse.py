@@ -377,6 +377,53 @@ async def test_a_burst_is_read_on_once_a_reader_has_sent_the_first_text(
     assert text_of_fragments([e for _, e in events]) == "Hello there"
 
 
+class CutShortThenBurst:
+    """A reply cut short at the length limit, then its continuation all at once."""
+
+    def __init__(self) -> None:
+        self.read_on = asyncio.Event()
+        self.calls = 0
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelPart]:
+        self.calls += 1
+        if self.calls == 1:
+            yield TextPart("Once upon")
+            yield FinishPart("length")
+            return
+        yield TextPart(" a time")
+        self.read_on.set()
+        yield TextPart(" it ended.")
+        yield FinishPart("stop")
+
+
+async def test_a_continuations_first_text_is_sent_before_it_reads_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # Its text joins a reply that has some already: still its first, still sent first.
+    monkeypatch.setattr(run_state, "FIRST_TEXT_WAIT", 5.0)
+    model = CutShortThenBurst()
+    app = create_app(tmp_path / "chat.db", model=model)
+    runs = app.state.web.runs
+    async with serve(app) as base, httpx.AsyncClient(base_url=base, timeout=10) as http:
+        chat_id = (await http.post("/chats")).headers["location"].rsplit("/", 1)[1]
+        await http.post(f"/chats/{chat_id}/messages", data={"text": "a story"})
+        state = runs.latest(chat_id)
+        url = f"/chats/{chat_id}/runs/{state.run_id}/events?after={state.epoch}:0"
+        assert text_of_fragments([e for _, e in await timed_events(http, url)]) == "Once upon"
+        await http.post(f"/chats/{chat_id}/runs/{state.run_id}/continue")
+        going_on = runs.latest(chat_id)
+        assert going_on.run_id != state.run_id
+        await asyncio.sleep(0.2)
+        assert going_on.seq == 1 and not model.read_on.is_set()
+        url = f"/chats/{chat_id}/runs/{going_on.run_id}/events?after={going_on.epoch}:0"
+        opened = asyncio.get_running_loop().time()
+        events = await timed_events(http, url)
+    assert model.read_on.is_set()
+    assert events[-1][1].event == "done"
+    assert events[-1][0] - opened < 2.5  # it went on once its text was sent, not at 5 s
+    assert "Once upon a time it ended." in parse_html(events[-1][1].data).text()
+
+
 async def test_a_run_waits_for_its_first_text_to_be_sent_but_not_for_long(
     monkeypatch: pytest.MonkeyPatch,
 ):

@@ -270,13 +270,13 @@ class RunManager:
     def _apply(self, state: RunState, event: Event) -> None:
         reply = state.reply
         if isinstance(event, TextDelta):
-            fresh, state.fresh_text = state.fresh_text, False
-            added = reply.add_text(event.text, new_turn=fresh)
+            added = reply.add_text(event.text, new_turn=state.fresh_text)
+            state.fresh_text = False
             if self.cluster is None:  # the common case, once per token: no delta to build
                 state.append(names.TEXT, self.fragments.text(added))
             else:
                 self._record(state, names.TEXT, self.fragments.text(added), {"added": added})
-            if fresh and not state.first_text:
+            if not state.first_text:  # what `RunState.first_text_read` waits to see sent
                 state.first_text = state.seq
         elif isinstance(event, ReasoningDelta):
             added = reply.add_reasoning(event.text, new_turn=state.fresh_reasoning)
