@@ -61,6 +61,16 @@ async def hold_writer(store: SQLiteStore) -> tuple[threading.Event, asyncio.Task
     return release, task
 
 
+async def reader_holding_a_lock(store: SQLiteStore) -> sqlite3.Connection:
+    """A reader in an open transaction on ``store``'s file (created first). With a
+    rollback journal, a COMMIT waits for it to go: call its COMMIT and close it."""
+    await names(store)
+    reader = sqlite3.connect(store.path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM items").fetchone()
+    return reader
+
+
 @pytest.fixture(params=[False, True], ids=["rollback", "wal"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
     s = make_store(tmp_path / "items.db", wal=request.param)
@@ -208,12 +218,8 @@ async def test_a_commit_blocked_by_a_reader_is_rolled_back_not_half_reported(
 ) -> None:
     # Rollback journal: COMMIT needs readers gone. A busy COMMIT never
     # committed, so the store rolls back and reports that nothing was written.
-    path = tmp_path / "items.db"
-    store = make_store(path, wal=False, busy_timeout=0.3)
-    await names(store)
-    reader = sqlite3.connect(path, isolation_level=None)
-    reader.execute("BEGIN")
-    reader.execute("SELECT count(*) FROM items").fetchone()
+    store = make_store(tmp_path / "items.db", wal=False, busy_timeout=0.3)
+    reader = await reader_holding_a_lock(store)
     with pytest.raises(StoreBusyError, match="nothing was written"):
         await store.write(insert("blocked"))
     reader.execute("COMMIT")
@@ -227,12 +233,8 @@ async def test_a_commit_blocked_by_a_reader_is_rolled_back_not_half_reported(
 async def test_a_write_is_told_its_result_while_its_commit_waits(tmp_path: Path) -> None:
     # Rollback journal: a reader holding its lock keeps the COMMIT waiting, which
     # makes the moment between "the transaction has run" and "it is on disk" visible.
-    path = tmp_path / "items.db"
-    store = make_store(path, wal=False, busy_timeout=5)
-    await names(store)
-    reader = sqlite3.connect(path, isolation_level=None)
-    reader.execute("BEGIN")
-    reader.execute("SELECT count(*) FROM items").fetchone()
+    store = make_store(tmp_path / "items.db", wal=False, busy_timeout=5)
+    reader = await reader_holding_a_lock(store)
     told: list[tuple[str, int]] = []
     on_loop = asyncio.Event()
 
@@ -254,12 +256,8 @@ async def test_a_write_is_told_its_result_while_its_commit_waits(tmp_path: Path)
 
 
 async def test_a_write_told_its_result_can_still_fail_to_commit(tmp_path: Path) -> None:
-    path = tmp_path / "items.db"
-    store = make_store(path, wal=False, busy_timeout=0.3)
-    await names(store)
-    reader = sqlite3.connect(path, isolation_level=None)
-    reader.execute("BEGIN")
-    reader.execute("SELECT count(*) FROM items").fetchone()
+    store = make_store(tmp_path / "items.db", wal=False, busy_timeout=0.3)
+    reader = await reader_holding_a_lock(store)
     told: list[str] = []
     with pytest.raises(StoreBusyError, match="nothing was written"):
         await store.write(insert("blocked"), written=told.append)

@@ -9,6 +9,7 @@ from typing import cast
 
 import httpx
 import pytest
+from starlette.applications import Starlette
 from webhelpers import (
     MakeClient,
     SSEvent,
@@ -252,6 +253,19 @@ async def timed_events(http: httpx.AsyncClient, url: str) -> list[tuple[float, S
     return out
 
 
+async def sent(http: httpx.AsyncClient, app: Starlette, text: str) -> RunState:
+    """The run of ``text``, sent as a form (no JavaScript) in a new chat."""
+    chat_id = (await http.post("/chats")).headers["location"].rsplit("/", 1)[1]
+    await http.post(f"/chats/{chat_id}/messages", data={"text": text})
+    state: RunState = app.state.web.runs.latest(chat_id)
+    return state
+
+
+def events_url(state: RunState) -> str:
+    """The run's event stream from its start."""
+    return f"/chats/{state.chat_id}/runs/{state.run_id}/events?after={state.epoch}:0"
+
+
 async def test_the_first_text_event_does_not_wait_for_the_batch_window(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
@@ -260,11 +274,8 @@ async def test_the_first_text_event_does_not_wait_for_the_batch_window(
     app = create_app(tmp_path / "chat.db", model=model)
     loop = asyncio.get_running_loop()
     async with serve(app) as base, httpx.AsyncClient(base_url=base, timeout=10) as http:
-        chat_id = (await http.post("/chats")).headers["location"].rsplit("/", 1)[1]
-        await http.post(f"/chats/{chat_id}/messages", data={"text": "hi"})
-        state = app.state.web.runs.latest(chat_id)
-        url = f"/chats/{chat_id}/runs/{state.run_id}/events?after={state.epoch}:0"
-        reading = asyncio.create_task(timed_events(http, url))
+        state = await sent(http, app, "hi")
+        reading = asyncio.create_task(timed_events(http, events_url(state)))
         await asyncio.sleep(0.2)  # the stream is open and waiting for the log
         assert state.seq == 0
         opened = loop.time()
@@ -346,15 +357,23 @@ async def test_a_waiting_reader_runs_in_the_very_next_turn_after_an_append():
 
 
 class BurstModel:
-    """A whole reply at once; notes whether it was read past the first text."""
+    """A whole reply at once (after ``cut_short``, if given: a first reply cut at the
+    length limit); notes whether it was read past its first text."""
 
-    def __init__(self) -> None:
+    def __init__(self, words: list[str], cut_short: str | None = None) -> None:
+        self.words, self.cut_short = words, cut_short
         self.read_on = asyncio.Event()
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelPart]:
-        yield TextPart("Hello")
+        if self.cut_short is not None:
+            text, self.cut_short = self.cut_short, None
+            yield TextPart(text)
+            yield FinishPart("length")
+            return
+        yield TextPart(self.words[0])
         self.read_on.set()
-        yield TextPart(" there")
+        for word in self.words[1:]:
+            yield TextPart(word)
         yield FinishPart("stop")
 
 
@@ -362,38 +381,16 @@ async def test_a_burst_is_read_on_once_a_reader_has_sent_the_first_text(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     monkeypatch.setattr(run_state, "FIRST_TEXT_WAIT", 5.0)  # long, so a wait shows
-    model = BurstModel()
+    model = BurstModel(["Hello", " there"])
     app = create_app(tmp_path / "chat.db", model=model)
     async with serve(app) as base, httpx.AsyncClient(base_url=base, timeout=10) as http:
-        chat_id = (await http.post("/chats")).headers["location"].rsplit("/", 1)[1]
-        await http.post(f"/chats/{chat_id}/messages", data={"text": "hi"})
-        state = app.state.web.runs.latest(chat_id)
+        state = await sent(http, app, "hi")
         await asyncio.sleep(0.2)
         assert state.seq == 1 and not model.read_on.is_set()  # nobody has the text yet
-        url = f"/chats/{chat_id}/runs/{state.run_id}/events?after={state.epoch}:0"
-        events = await timed_events(http, url)
+        events = await timed_events(http, events_url(state))
     assert model.read_on.is_set()
     assert events[0][1].event == "text"
     assert text_of_fragments([e for _, e in events]) == "Hello there"
-
-
-class CutShortThenBurst:
-    """A reply cut short at the length limit, then its continuation all at once."""
-
-    def __init__(self) -> None:
-        self.read_on = asyncio.Event()
-        self.calls = 0
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelPart]:
-        self.calls += 1
-        if self.calls == 1:
-            yield TextPart("Once upon")
-            yield FinishPart("length")
-            return
-        yield TextPart(" a time")
-        self.read_on.set()
-        yield TextPart(" it ended.")
-        yield FinishPart("stop")
 
 
 async def test_a_continuations_first_text_is_sent_before_it_reads_on(
@@ -401,23 +398,19 @@ async def test_a_continuations_first_text_is_sent_before_it_reads_on(
 ):
     # Its text joins a reply that has some already: still its first, still sent first.
     monkeypatch.setattr(run_state, "FIRST_TEXT_WAIT", 5.0)
-    model = CutShortThenBurst()
+    model = BurstModel([" a time", " it ended."], cut_short="Once upon")
     app = create_app(tmp_path / "chat.db", model=model)
-    runs = app.state.web.runs
     async with serve(app) as base, httpx.AsyncClient(base_url=base, timeout=10) as http:
-        chat_id = (await http.post("/chats")).headers["location"].rsplit("/", 1)[1]
-        await http.post(f"/chats/{chat_id}/messages", data={"text": "a story"})
-        state = runs.latest(chat_id)
-        url = f"/chats/{chat_id}/runs/{state.run_id}/events?after={state.epoch}:0"
-        assert text_of_fragments([e for _, e in await timed_events(http, url)]) == "Once upon"
-        await http.post(f"/chats/{chat_id}/runs/{state.run_id}/continue")
-        going_on = runs.latest(chat_id)
+        state = await sent(http, app, "a story")
+        story = await timed_events(http, events_url(state))
+        assert text_of_fragments([e for _, e in story]) == "Once upon"
+        await http.post(f"/chats/{state.chat_id}/runs/{state.run_id}/continue")
+        going_on = app.state.web.runs.latest(state.chat_id)
         assert going_on.run_id != state.run_id
         await asyncio.sleep(0.2)
         assert going_on.seq == 1 and not model.read_on.is_set()
-        url = f"/chats/{chat_id}/runs/{going_on.run_id}/events?after={going_on.epoch}:0"
         opened = asyncio.get_running_loop().time()
-        events = await timed_events(http, url)
+        events = await timed_events(http, events_url(going_on))
     assert model.read_on.is_set()
     assert events[-1][1].event == "done"
     assert events[-1][0] - opened < 2.5  # it went on once its text was sent, not at 5 s
