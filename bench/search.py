@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from webapp.web.chat_store import ChatStore
+from webapp.chats.store import ChatStore
 
 
 def _word(n: int) -> str:

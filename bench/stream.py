@@ -263,7 +263,7 @@ def build_pages(db: Path, root: Path) -> dict[int, str]:
 
 _CREATE_SCHEMA = """
 import asyncio, sys
-from webapp.web.chat_store import ChatStore
+from webapp.chats.store import ChatStore
 async def main():
     async with ChatStore(sys.argv[1]) as store:
         await store.recent(1)

@@ -201,8 +201,8 @@ def import_file(argv: Sequence[str]) -> int:
     from pathlib import Path
 
     from webapp.stores.postgres import redact_dsn
-    from webapp.web.chat_export import MAX_FILE_BYTES, ChatFileError, parse
-    from webapp.web.chat_store import ChatStore
+    from webapp.chats.file_format import MAX_FILE_BYTES, ChatFileError, parse
+    from webapp.chats.store import ChatStore
 
     parser = argparse.ArgumentParser(
         prog="webapp import", description="Import a chat exported as JSON into a chat database."

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from webapp.web.chat_store import ChatStore
+from webapp.chats.store import ChatStore
 
 
 async def main(db: str, chat_id: str, first: str, second: str) -> None:

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from webapp.web.chat_db import Tx
-from webapp.web.chat_store import AlreadySentError, Begun, ChatBusyError, ChatStore, NewRun
+from webapp.chats.db import Tx
+from webapp.chats.store import AlreadySentError, Begun, ChatBusyError, ChatStore, NewRun
 
 
 async def test_a_send_is_recorded_with_its_page_in_one_trip(

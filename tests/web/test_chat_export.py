@@ -14,7 +14,7 @@ from webhelpers import HX, MakeClient, parse_html
 
 from webapp.models import ScriptedModel
 from webapp.transcript import AssistantEntry, ToolCallEntry, ToolResultEntry, UserEntry
-from webapp.web.chat_export import ChatFileError, parse
+from webapp.chats.file_format import ChatFileError, parse
 
 ON_BOTH_DATABASES = True  # every test here that builds the app runs on SQLite and PostgreSQL
 

@@ -18,7 +18,7 @@ import httpx
 from webhelpers import HX, MakeClient, parse_html
 
 from webapp.models import ScriptedModel
-from webapp.web import chat_search
+from webapp.chats import search as chat_search
 
 ROOT = Path(__file__).resolve().parents[2]
 # main before versions and search existed: its database is what the migration meets.

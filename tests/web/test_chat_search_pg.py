@@ -22,9 +22,10 @@ from webapp.transcript import (
     ToolResultEntry,
     UserEntry,
 )
-from webapp.web import chat_search_pg, chat_tree
-from webapp.web.chat_db import PostgresTx
-from webapp.web.chat_search import MAX_RESULTS, SearchHit
+from webapp.chats import search_pg as chat_search_pg
+from webapp.chats import tree as chat_tree
+from webapp.chats.db import PostgresTx
+from webapp.chats.search import MAX_RESULTS, SearchHit
 
 # chat_store's chats table, as it is on PostgreSQL.
 CHATS = """

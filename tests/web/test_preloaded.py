@@ -12,9 +12,9 @@ from webapp.runtime.options import CheckpointOptions
 from webapp.stores import RunHead, Segment, SQLiteCheckpointer, SQLiteSession
 from webapp.stores.sqlite import CommitFailedError
 from webapp.transcript import AssistantEntry, UserEntry
-from webapp.web.chat_store import Page
-from webapp.web.chat_tree import Tree
-from webapp.web.preloaded import NewRunCheckpointer, PreloadedSession, preloaded
+from webapp.chats.store import Page
+from webapp.chats.tree import Tree
+from webapp.web.live.preloaded import NewRunCheckpointer, PreloadedSession, preloaded
 
 STORED = [UserEntry("stored"), AssistantEntry("in the file")]
 PAGE = [Segment("r1", [UserEntry("on the page")]), Segment("r2", [AssistantEntry("too")])]

@@ -150,9 +150,9 @@ def test_logs_are_quiet_by_default_and_the_level_is_a_flag(monkeypatch: pytest.M
     monkeypatch.setattr(logging.getLogger("webapp"), "level", logging.NOTSET)
     configure_logging(parse_args([]).log_level)
     assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
-    assert logging.getLogger("webapp.web.runs").isEnabledFor(logging.INFO)
+    assert logging.getLogger("webapp.web.live.runs").isEnabledFor(logging.INFO)
     configure_logging(parse_args(["--log-level", "warning"]).log_level)
-    assert not logging.getLogger("webapp.web.runs").isEnabledFor(logging.INFO)
+    assert not logging.getLogger("webapp.web.live.runs").isEnabledFor(logging.INFO)
     configure_logging(parse_args(["--log-level", "debug"]).log_level)
     assert logging.getLogger("httpx").isEnabledFor(logging.DEBUG)
     with pytest.raises(SystemExit):

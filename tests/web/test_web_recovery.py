@@ -20,7 +20,7 @@ from webapp.transcript import (
     UserEntry,
 )
 from webapp.web import create_app
-from webapp.web.chat_store import ChatStore, NewRun
+from webapp.chats.store import ChatStore, NewRun
 
 RUN = "0f" * 16
 

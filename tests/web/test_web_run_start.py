@@ -14,7 +14,7 @@ from webapp.models import ScriptedModel
 from webapp.runtime.model import ModelPart, ModelRequest
 from webapp.stores.sqlite import CommitFailedError
 from webapp.transcript import AssistantEntry, UserEntry
-from webapp.web.chat_store import Begun, NewRun
+from webapp.chats.store import Begun, NewRun
 
 SLOW = 0.05  # seconds per scripted word
 

@@ -25,10 +25,11 @@ from webhelpers import (
 
 from webapp.models import ScriptedModel
 from webapp.runtime.model import FinishPart, ModelPart, ModelRequest, TextPart
-from webapp.web import create_app, run_state, sse
+from webapp.web import create_app, sse
+from webapp.web.live import run_state
 from webapp.web.event_names import DONE, TEXT
-from webapp.web.run_state import LogRecord, RunState
-from webapp.web.runs import RunManager
+from webapp.web.live.run_state import LogRecord, RunState
+from webapp.web.live.runs import RunManager
 from webapp.web.sse import coalesce, parse_position
 from webapp.web.view_models import ReplyView
 

@@ -15,7 +15,7 @@ from webhelpers import HX, MakeClient, Node, buttons, form_of, messages, parse_h
 from webapp.models import OfflineModel, ScriptedModel
 from webapp.stores.sqlite_session import SQLiteSession
 from webapp.transcript import AssistantEntry, Entry, UserEntry
-from webapp.web.chat_store import ChatStore
+from webapp.chats.store import ChatStore
 
 ON_BOTH_DATABASES = True  # every test here that builds the app runs on SQLite and PostgreSQL
 

@@ -23,7 +23,7 @@ from starlette.applications import Starlette
 from webapp.stores.sqlite_session import SQLiteSession
 from webapp.transcript import AssistantEntry, UserEntry
 from webapp.web.app_state import WebApp
-from webapp.web.chat_store import ChatStore
+from webapp.chats.store import ChatStore
 
 VOID = {
     "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",

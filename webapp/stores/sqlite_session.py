@@ -263,7 +263,7 @@ def _trimmed_rows(
 #
 # The chat app keeps every version of a reply: what a rewind takes off the
 # session is archived, and switching versions puts archived segments back, in
-# one transaction of its own (webapp.web.session_rows), in either dialect.
+# one transaction of its own (webapp.chats.session_rows), in either dialect.
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 One database holds the chats' sessions (session_id = chat id), the run
 checkpoints and the chat tables: a SQLite file (WAL), the default, or a
 PostgreSQL database (a ``postgresql://`` URL) that any number of app
-processes share (`webapp.web.cluster`). The lifespan opens nothing eagerly (the
+processes share (`webapp.web.live.cluster`). The lifespan opens nothing eagerly (the
 stores open lazily) but resumes, before serving, every run the database says
 is still owed (with other processes: that none of them holds); on shutdown it
 interrupts live runs so their checkpoints resume them -- on the next start,
@@ -37,13 +37,13 @@ from webapp.stores.sqlite_session import SQLiteSession
 from webapp.tools import calculator, current_time
 from webapp.web.app_state import WebApp
 from webapp.web.assets import STATIC_DIR, TEMPLATES_DIR
-from webapp.web.chat_db import is_postgres
+from webapp.chats.db import is_postgres
 from webapp.web.chat_service import ChatService
-from webapp.web.chat_store import ChatStore
-from webapp.web.cluster import Cluster
+from webapp.chats.store import ChatStore
+from webapp.web.live.cluster import Cluster
 from webapp.web.fragments import Fragments
-from webapp.web.lease_keeper import LeaseKeeper
-from webapp.web.runs import RunManager
+from webapp.web.live.lease_keeper import LeaseKeeper
+from webapp.web.live.runs import RunManager
 from webapp.web.security import SecurityMiddleware
 from webapp.web.templating import Templates, by_name
 from webapp.web.views import chat_files, chats, messages, search, stream

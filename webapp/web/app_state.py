@@ -15,10 +15,10 @@ from starlette.requests import Request
 from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.session import Session
 from webapp.web.chat_service import ChatService
-from webapp.web.chat_store import ChatStore
+from webapp.chats.store import ChatStore
 from webapp.web.fragments import Fragments
-from webapp.web.lease_keeper import LeaseKeeper
-from webapp.web.runs import RunManager
+from webapp.web.live.lease_keeper import LeaseKeeper
+from webapp.web.live.runs import RunManager
 from webapp.web.templating import Templates
 
 
@@ -31,7 +31,7 @@ class WebApp:
     store: ChatStore
     session: Session
     checkpointer: Checkpointer
-    keeper: LeaseKeeper | None  # with other processes on PostgreSQL (webapp.web.cluster)
+    keeper: LeaseKeeper | None  # with other processes on PostgreSQL (webapp.web.live.cluster)
     max_message_chars: int
     model_description: str
     # Set when the server begins to shut down: open event streams end at once.

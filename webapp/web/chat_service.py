@@ -31,10 +31,10 @@ from typing import Union
 from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.session import Segment, Session, new_run_id
 from webapp.transcript import UserEntry
-from webapp.web import chat_export
-from webapp.web.chat_export import ChatFile, ChatFileError
-from webapp.web.chat_search import SearchHit
-from webapp.web.chat_store import (
+from webapp.chats import file_format
+from webapp.chats.file_format import ChatFile, ChatFileError
+from webapp.chats.search import SearchHit
+from webapp.chats.store import (
     AlreadySentError,
     Chat,
     ChatBusyError,
@@ -42,8 +42,8 @@ from webapp.web.chat_store import (
     NewRun,
     Page,
 )
-from webapp.web.run_state import RunState
-from webapp.web.runs import RunManager
+from webapp.web.live.run_state import RunState
+from webapp.web.live.runs import RunManager
 from webapp.web.view_models import (
     ChatItem,
     ReplyView,
@@ -396,7 +396,7 @@ class ChatService:
     async def import_chat(self, data: bytes) -> Imported | BadChatFile:
         """A new chat from an exported JSON file; nothing is written unless all of it is valid."""
         try:
-            parsed = chat_export.parse(data)
+            parsed = file_format.parse(data)
         except ChatFileError as exc:
             return BadChatFile(str(exc))
         chat = await self.store.get(await self.store.import_chat(parsed))

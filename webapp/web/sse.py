@@ -35,8 +35,8 @@ import re
 from collections.abc import AsyncIterator
 
 from webapp.web.event_names import COALESCED, DONE, RESET
-from webapp.web.run_state import LogRecord, RunState
-from webapp.web.runs import RunManager
+from webapp.web.live.run_state import LogRecord, RunState
+from webapp.web.live.runs import RunManager
 
 logger = logging.getLogger("webapp.web.sse")
 

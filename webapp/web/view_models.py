@@ -23,7 +23,7 @@ from webapp.transcript import (
     ToolResultEntry,
     UserEntry,
 )
-from webapp.web.chat_tree import PathVersions, Versions
+from webapp.chats.tree import PathVersions, Versions
 
 ReplyStatus = Literal["streaming", "completed", "stopped", "failed"]
 TURN_SEPARATOR = "\n\n"

@@ -7,7 +7,7 @@ import re
 from starlette.requests import Request
 from starlette.responses import Response
 
-from webapp.web import chat_export
+from webapp.chats import file_format
 from webapp.web.app_state import web
 from webapp.web.chat_service import BadChatFile
 from webapp.web.forms import FormError, read_upload
@@ -37,9 +37,9 @@ async def _export(request: Request, kind: str) -> Response:
     if chat is None:
         return error_page(request, 404, NO_CHAT)
     if kind == "md":
-        body, media_type = chat_export.to_markdown(chat), "text/markdown; charset=utf-8"
+        body, media_type = file_format.to_markdown(chat), "text/markdown; charset=utf-8"
     else:
-        body, media_type = chat_export.to_json(chat_id, chat), "application/json"
+        body, media_type = file_format.to_json(chat_id, chat), "application/json"
     name = _file_name(chat.title) + "." + kind
     return Response(
         body,
@@ -58,7 +58,7 @@ async def import_chat(request: Request) -> Response:
     """POST /chats/import (multipart, field ``file``): a JSON export becomes a new chat."""
     app = web(request)
     try:
-        data = await read_upload(request, "file", chat_export.MAX_FILE_BYTES)
+        data = await read_upload(request, "file", file_format.MAX_FILE_BYTES)
     except FormError as exc:
         return await _refuse_import(request, exc.status, exc.message)
     outcome = await app.chats.import_chat(data)

@@ -24,7 +24,7 @@ from webapp.web.chat_service import (
     Started,
     VersionNotFound,
 )
-from webapp.web.chat_store import Chat
+from webapp.chats.store import Chat
 from webapp.web.forms import FormError, read_message, read_run_id
 from webapp.web.view_models import UserView
 from webapp.web.views.responses import (

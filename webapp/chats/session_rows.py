@@ -2,7 +2,7 @@
 
 Versions move whole segments between the session (``session_segments``, the
 shown path) and the archive (``chat_runs``) inside one `ChatStore`
-transaction, so these work on that transaction (`webapp.web.chat_db.Tx`) with
+transaction, so these work on that transaction (`webapp.chats.db.Tx`) with
 segments exactly as stored (`StoredSegment`): never re-encoded. An append here
 writes the row the session store itself would (the same position rules and
 the same idempotence); on PostgreSQL it takes the session's write lock first,
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from webapp.stores.postgres_session import LOCK_SQL
 from webapp.stores.sqlite_session import StoredSegment
-from webapp.web.chat_db import Tx, numbered
+from webapp.chats.db import Tx, numbered
 
 # Positional twin of each store's own append: the new row's position comes from
 # the current last row; re-appending a stored run_id does nothing.

@@ -29,12 +29,15 @@ from typing import Any, ClassVar, Literal, Self
 from webapp.stores.session import Segment
 from webapp.stores.sqlite_session import StoredSegment
 from webapp.transcript import Entry
-from webapp.web import chat_export, chat_search, chat_search_pg, chat_tree, cluster
-from webapp.web.chat_db import POSTGRES_STORES, SQLITE_STORES, Tx, open_chat_db
-from webapp.web.chat_export import ChatFile
-from webapp.web.chat_search import SearchHit
-from webapp.web.chat_tree import Tree
-from webapp.web.session_rows import append_segments, cut_segments, stored_segments
+from webapp.chats import file_format
+from webapp.chats import search as chat_search
+from webapp.chats import search_pg as chat_search_pg
+from webapp.chats import tree as chat_tree
+from webapp.chats.db import POSTGRES_STORES, SQLITE_STORES, Tx, open_chat_db
+from webapp.chats.file_format import ChatFile
+from webapp.chats.search import SearchHit
+from webapp.chats.tree import Tree
+from webapp.chats.session_rows import append_segments, cut_segments, stored_segments
 
 _RUN_INPUTS = """
 CREATE TABLE IF NOT EXISTS run_inputs (
@@ -42,6 +45,30 @@ CREATE TABLE IF NOT EXISTS run_inputs (
     chat_id TEXT NOT NULL,
     input TEXT NOT NULL
 );
+"""
+
+# The run leases and event log of several processes (webapp.web.live.cluster), on
+# PostgreSQL only: the chat database owns every table, so its migrations stay in one place.
+_CLUSTER_TABLES = """
+CREATE TABLE IF NOT EXISTS run_leases (
+    run_id     TEXT PRIMARY KEY,
+    chat_id    TEXT NOT NULL,
+    owner      TEXT NOT NULL,
+    epoch      TEXT NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX IF NOT EXISTS run_leases_by_owner ON run_leases (owner);
+CREATE TABLE IF NOT EXISTS run_events (
+    run_id     TEXT NOT NULL,
+    epoch      TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    event      TEXT NOT NULL,
+    data       TEXT NOT NULL,
+    delta      TEXT,
+    written_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, epoch, seq)
+);
+CREATE INDEX IF NOT EXISTS run_events_by_time ON run_events (written_at);
 """
 
 _SCHEMA = (
@@ -175,7 +202,7 @@ class ChatStore:
         + _SCHEMA.replace(" REAL ", " DOUBLE PRECISION ")
         + chat_tree.SCHEMA
         + chat_search_pg.SCHEMA
-        + cluster.SCHEMA
+        + _CLUSTER_TABLES
     )
 
     def __init__(self, location: str | os.PathLike[str]) -> None:
@@ -275,11 +302,11 @@ class ChatStore:
         return await self._store.write(remove)
 
     async def export(self, chat_id: str) -> ChatFile | None:
-        return await self._store.read(lambda tx: chat_export.read_chat(tx, chat_id))
+        return await self._store.read(lambda tx: file_format.read_chat(tx, chat_id))
 
     async def import_chat(self, chat: ChatFile) -> str:
         """A validated chat file as a new chat, in one transaction; returns its id."""
-        return await self._store.write(lambda tx: chat_export.store_import(tx, chat))
+        return await self._store.write(lambda tx: file_format.store_import(tx, chat))
 
     async def search(self, text: str) -> list[SearchHit]:
         return await self._store.read(

@@ -1,6 +1,6 @@
 """Keeps this process's run leases, and takes over runs no live process holds.
 
-Only with other processes on PostgreSQL (`webapp.web.cluster`). One task per
+Only with other processes on PostgreSQL (`webapp.web.live.cluster`). One task per
 process wakes every `RENEW_SECONDS`, or at once when another process hands its
 runs over, and in turn:
 1. renews the leases of the runs this process executes; a run whose lease is
@@ -21,10 +21,10 @@ import contextlib
 import itertools
 import logging
 
-from webapp.web.cluster import LEASE_SECONDS, RENEW_SECONDS, Cluster
-from webapp.web.runs import RunManager
+from webapp.web.live.cluster import LEASE_SECONDS, RENEW_SECONDS, Cluster
+from webapp.web.live.runs import RunManager
 
-logger = logging.getLogger("webapp.web.lease_keeper")
+logger = logging.getLogger("webapp.web.live.lease_keeper")
 
 
 class LeaseKeeper:

@@ -43,7 +43,7 @@ import asyncpg
 
 from webapp.stores.postgres import redact_dsn
 
-logger = logging.getLogger("webapp.web.cluster")
+logger = logging.getLogger("webapp.web.live.cluster")
 
 LEASE_SECONDS = 10.0  # a lease not renewed for this long is another process's to take
 RENEW_SECONDS = 2.0  # renewals, the scan for runs nobody owns, and followers' polls
@@ -53,27 +53,6 @@ LOCK_POLL_SECONDS = 0.02  # a chat lock held by another process is tried again t
 EVENTS_KEPT_SECONDS = 300  # a finished run's events stay this long for late readers
 _MAX_PAYLOAD = 7000  # bytes of run ids in one notification ("*": every run)
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS run_leases (
-    run_id     TEXT PRIMARY KEY,
-    chat_id    TEXT NOT NULL,
-    owner      TEXT NOT NULL,
-    epoch      TEXT NOT NULL,
-    expires_at TIMESTAMPTZ NOT NULL
-);
-CREATE INDEX IF NOT EXISTS run_leases_by_owner ON run_leases (owner);
-CREATE TABLE IF NOT EXISTS run_events (
-    run_id     TEXT NOT NULL,
-    epoch      TEXT NOT NULL,
-    seq        INTEGER NOT NULL,
-    event      TEXT NOT NULL,
-    data       TEXT NOT NULL,
-    delta      TEXT,
-    written_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    PRIMARY KEY (run_id, epoch, seq)
-);
-CREATE INDEX IF NOT EXISTS run_events_by_time ON run_events (written_at);
-"""
 
 _CLAIM = """
 INSERT INTO run_leases (run_id, chat_id, owner, epoch, expires_at)

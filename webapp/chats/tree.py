@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 
 from webapp.stores.sqlite_session import StoredSegment
 from webapp.transcript import AssistantEntry, Entry
-from webapp.web.chat_db import Tx
-from webapp.web.session_rows import (
+from webapp.chats.db import Tx
+from webapp.chats.session_rows import (
     append_segments,
     cut_segments,
     stored_segments,

@@ -31,9 +31,9 @@ from webapp.transcript import (
     entry_from_dict,
     entry_to_dict,
 )
-from webapp.web.chat_db import Tx
-from webapp.web.chat_tree import Node, Tree, load_tree
-from webapp.web.session_rows import append_segments
+from webapp.chats.db import Tx
+from webapp.chats.tree import Node, Tree, load_tree
+from webapp.chats.session_rows import append_segments
 
 FORMAT_VERSION = 1
 MAX_FILE_BYTES = 10 * 1024 * 1024

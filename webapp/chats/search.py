@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
-from webapp.web.chat_db import Tx
+from webapp.chats.db import Tx
 
 # Which text of an entry is searchable: messages, replies, reasoning, tool results.
 _BODY = (

@@ -51,16 +51,16 @@ from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.session import Session
 from webapp.transcript import Entry, UserEntry, drop_dangling_tool_calls
 from webapp.web import event_names as names
-from webapp.web.chat_store import Begun, Chat, ChatStore, NewRun
-from webapp.web.chat_tree import continued
-from webapp.web.cluster import Cluster
-from webapp.web.followers import Followers, publish_start, reply_to_json
+from webapp.chats.store import Begun, Chat, ChatStore, NewRun
+from webapp.chats.tree import continued
+from webapp.web.live.cluster import Cluster
+from webapp.web.live.followers import Followers, publish_start, reply_to_json
 from webapp.web.fragments import Fragments
-from webapp.web.preloaded import preloaded, recording
-from webapp.web.run_state import RunState
+from webapp.web.live.preloaded import preloaded, recording
+from webapp.web.live.run_state import RunState
 from webapp.web.view_models import ReplyStatus, ReplyView, reply_from_entries, split_run
 
-logger = logging.getLogger("webapp.web.runs")
+logger = logging.getLogger("webapp.web.live.runs")
 
 STOP_TIMEOUT = 30.0  # a cancelled run answers within a model chunk or a tool call
 ENDED_POLL = 0.05  # seconds between looks at a run another process is stopping
@@ -88,7 +88,7 @@ class RunManager:
         self.fragments = fragments
         self.redact = redact
         self.max_turns = max_turns
-        self.cluster = cluster  # PostgreSQL with other processes (webapp.web.cluster); else None
+        self.cluster = cluster  # PostgreSQL with other processes (webapp.web.live.cluster); else None
         self.followers = Followers(cluster) if cluster is not None else None
         self._process = cluster.owner if cluster is not None else uuid.uuid4().hex[:8]
         self._attempts = itertools.count(1)
@@ -560,7 +560,7 @@ class RunManager:
         except Exception:  # the lease expires by itself; the next owner finds the run done
             logger.exception("run %s: could not release its lease", state.run_id)
 
-    # --- with other processes (webapp.web.lease_keeper calls these) ----------------------
+    # --- with other processes (webapp.web.live.lease_keeper calls these) ----------------------
 
     def owned(self) -> dict[str, RunState]:
         """The runs this process executes right now, by run id."""
@@ -587,7 +587,7 @@ class RunManager:
 
     async def shutdown(self, timeout: float = 10.0) -> None:
         """Interrupt every live run; their checkpoints resume them in the next process
-        to start (with other processes: in one of them, see `webapp.web.lease_keeper`)."""
+        to start (with other processes: in one of them, see `webapp.web.live.lease_keeper`)."""
         for state in list(self._runs.values()):
             if state.handle is not None and not state.finished:
                 state.handle.cancel()

@@ -1,4 +1,4 @@
-"""Full-text search over every chat on PostgreSQL: `webapp.web.chat_search`'s twin.
+"""Full-text search over every chat on PostgreSQL: `webapp.chats.search`'s twin.
 
 The same documents as on SQLite -- one per chat title and one per run, wherever
 the run's segment lives (the session or the version archive) -- in one table,
@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import re
 
-from webapp.web.chat_db import Tx
-from webapp.web.chat_search import (
+from webapp.chats.db import Tx
+from webapp.chats.search import (
     _CLOSE,
     _OPEN,
     _WORD,

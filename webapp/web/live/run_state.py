@@ -1,7 +1,7 @@
 """A run as the server shows it: its live reply and its numbered event log.
 
-`RunState` is shared by the process that executes a run (`webapp.web.runs`)
-and by processes that follow it from the database (`webapp.web.followers`):
+`RunState` is shared by the process that executes a run (`webapp.web.live.runs`)
+and by processes that follow it from the database (`webapp.web.live.followers`):
 the SSE stream (`webapp.web.sse`) reads either the same way.
 """
 

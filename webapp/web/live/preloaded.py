@@ -28,7 +28,7 @@ from webapp.runtime.options import CheckpointOptions
 from webapp.stores.checkpoint import Checkpointer, RunHead, RunSnapshot
 from webapp.stores.session import Segment, Session
 from webapp.transcript import Entry
-from webapp.web.chat_store import Begun, ChatStore, NewRun, Page
+from webapp.chats.store import Begun, ChatStore, NewRun, Page
 
 
 async def recording(

@@ -2,7 +2,7 @@
 
 A page or an event stream served by this process may show a run that another
 process executes. `Followers` rebuilds such a run as a `RunState` from the
-owner's ``run_events`` rows (`webapp.web.cluster`): the same records with the
+owner's ``run_events`` rows (`webapp.web.live.cluster`): the same records with the
 same positions, and the same live reply, built from each record's change
 (``delta``). The SSE stream then reads it exactly as it reads a local run.
 
@@ -23,11 +23,11 @@ from dataclasses import asdict
 from typing import Any
 
 from webapp.web import event_names as names
-from webapp.web.cluster import Cluster, EventRow
-from webapp.web.run_state import RunState
+from webapp.web.live.cluster import Cluster, EventRow
+from webapp.web.live.run_state import RunState
 from webapp.web.view_models import ReplyView, ToolCard
 
-logger = logging.getLogger("webapp.web.followers")
+logger = logging.getLogger("webapp.web.live.followers")
 
 KEEP_FINISHED = 60.0  # seconds a finished follower stays for late readers
 CATCH_UP_SECONDS = 2.0  # how long a client ahead of this copy waits for it
