@@ -45,7 +45,6 @@ from webapp.stores.checkpoint import Checkpointer, RunHead
 from webapp.transcript import ToolCallEntry, ToolResultEntry
 
 DECLINED = "The user declined to run this tool."
-Decision = Literal["allow", "deny"]
 DECISIONS = ("allow", "deny")
 
 
@@ -159,12 +158,12 @@ async def record_decisions(
             f"run {run_id!r} is running (or its process died while it ran); resume it "
             "first, then record decisions for the calls it still waits for"
         )
+    recorded = {**head.decisions, **new}
     if new:
-        recorded = {**head.decisions, **new}
         await checkpointer.append(
             run_id, [], replace(head, decisions=recorded, updated_at=time.time())
         )
-    return {call_id: {**head.decisions, **new}[call_id] for call_id in decisions}
+    return {call_id: recorded[call_id] for call_id in decisions}
 
 
 async def record_for_resume(
@@ -199,4 +198,4 @@ def check_can_pause(agent: Agent, checkpoint: CheckpointOptions | None) -> None:
         )
 
 
-__all__ = ["DECLINED", "Decision", "ToolRun", "check_can_pause", "record_decisions", "settle"]
+__all__ = ["DECLINED", "ToolRun", "check_can_pause", "record_decisions", "settle"]
