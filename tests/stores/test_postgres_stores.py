@@ -20,6 +20,7 @@ import pytest
 from postgres import NoPostgres, find_bin_dir, missing_postgres
 
 from webapp.stores.checkpoint import RunHead
+from webapp.stores.codec import StoredDataError
 from webapp.stores.postgres import (
     PostgresStore,
     SchemaVersionError,
@@ -29,7 +30,6 @@ from webapp.stores.postgres import (
 from webapp.stores.postgres_checkpoint import PostgresCheckpointer
 from webapp.stores.postgres_session import TAIL_SQL, PostgresSession
 from webapp.stores.session import trim_output
-from webapp.stores.sqlite import StoredDataError
 from webapp.transcript import (
     AssistantEntry,
     ToolCallEntry,
@@ -482,3 +482,18 @@ async def test_trim_beyond_postgresql_integers_trims_nothing(postgres_dsn: str) 
         assert await session.trim_tool_results("s", keep_chars=2**70) == 0
         assert await session.load("s") == runs[0] + runs[1]
         assert await session.trim_tool_results("s", keep_chars=10) == 1  # the last run is kept
+
+
+def test_the_postgresql_stores_load_no_sqlite_module() -> None:
+    # Their row encoding is the shared codec's: nothing of the SQLite stores (which
+    # another back end may change at will) is theirs to import.
+    probe = (
+        "import sys\n"
+        "import webapp.stores.postgres_checkpoint, webapp.stores.postgres_session\n"
+        "print(sorted(m for m in sys.modules if m.startswith('webapp.stores.sqlite')))\n"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "[]"
