@@ -110,7 +110,7 @@ async def test_completed_run_replays_without_touching_the_model(stores):
     assert [type(e) for e in events] == [RunCompleted]  # only the terminal event again
     again = events[0].result
     assert again.output == first.output == "answer"
-    assert again.usage == first.usage and again.finish_reason is None
+    assert again.usage == first.usage and again.finish_reason == first.finish_reason == "stop"
     assert again.entries == first.entries
     assert guard_calls == [] and executions == [("a", 1)]
     assert len(await stores.session.segments("s")) == 1  # append re-applied, idempotent

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -229,7 +230,47 @@ async def test_a_replay_keeps_the_meta_the_first_append_stored(stores):
         session_id="chat",
         checkpoint=opts,
     )
-    assert replayed.finish_reason is None
+    assert replayed.finish_reason == "length"  # kept in the completed head
+    [segment] = await stores.session.segments("chat")
+    assert segment.meta == {"finish_reason": "length"}
+
+
+class DyingSession:
+    """The process dies before its first session append: nothing is written."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def append(self, *args: Any, **kwargs: Any) -> str:
+        raise OSError("killed between checkpoint completed and session appended")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_cut_reply_replayed_after_a_crash_before_its_append_is_still_cut(stores):
+    # Continue is offered on finish_reason "length" alone: a replay that heals the
+    # missing append must know it, though the model is not called again.
+    opts = CheckpointOptions(stores.checkpointer, "cut-job")
+    with pytest.raises(OSError, match="killed"):
+        await Runner.run(
+            Agent("a", model=ScriptedModel([CutOff("1 2 3")])),
+            "count to 10",
+            session=DyingSession(stores.session),
+            session_id="chat",
+            checkpoint=opts,
+        )
+    assert await stores.session.segments("chat") == []
+    snapshot = await stores.checkpointer.load("cut-job")
+    assert snapshot.status == "completed" and snapshot.head.finish_reason == "length"
+    replayed = await Runner.run(
+        Agent("a", model=ScriptedModel([])),  # a model call would fail the replay
+        [],
+        session=stores.session,
+        session_id="chat",
+        checkpoint=CheckpointOptions(stores.checkpointer, "cut-job", if_run_exists="resume_only"),
+    )
+    assert replayed.finish_reason == "length" and replayed.output == "1 2 3"
     [segment] = await stores.session.segments("chat")
     assert segment.meta == {"finish_reason": "length"}
 

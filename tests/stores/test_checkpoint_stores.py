@@ -39,6 +39,7 @@ async def test_entries_accumulate_and_the_head_is_replaced(checkpointer: Any) ->
         context_state={"archived": ["c1"], "n": 1},
         output="2",
         session_id="chat-1",
+        finish_reason="length",
     )
     await checkpointer.append("run", [ToolResultEntry("c1", "2"), AssistantEntry("2")], final)
     snap = await checkpointer.load("run")
@@ -111,3 +112,13 @@ async def test_saved_data_is_a_copy_of_the_callers_objects(checkpointer: Any) ->
     snap = await checkpointer.load("run")
     assert snap.head.context_state == {"k": [1]}
     assert snap.entries == [UserEntry("hi")]
+
+
+def test_a_head_written_before_a_field_existed_or_after_one_was_added_reads() -> None:
+    # Older releases wrote no finish_reason; a newer one may write keys this one lacks.
+    stored = head(status="completed", output="x").to_dict()
+    del stored["finish_reason"]
+    stored["written_by_a_newer_release"] = True
+    read = RunHead.from_dict(stored)
+    assert read == head(status="completed", output="x")
+    assert read.finish_reason is None

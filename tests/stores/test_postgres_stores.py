@@ -20,16 +20,21 @@ import pytest
 from postgres import NoPostgres, find_bin_dir, missing_postgres
 
 from webapp.stores.checkpoint import RunHead
+from webapp.stores.codec import StoredDataError
 from webapp.stores.postgres import (
+    Fence,
+    FencedOffError,
+    LockLostError,
     PostgresStore,
     SchemaVersionError,
     StoreUnavailableError,
+    fenced,
+    pinned,
     redact_dsn,
 )
 from webapp.stores.postgres_checkpoint import PostgresCheckpointer
 from webapp.stores.postgres_session import TAIL_SQL, PostgresSession
 from webapp.stores.session import trim_output
-from webapp.stores.sqlite import StoredDataError
 from webapp.transcript import (
     AssistantEntry,
     ToolCallEntry,
@@ -270,6 +275,108 @@ async def test_an_append_cut_off_mid_transaction_is_stored_once(
         assert [s.run_id for s in await session.segments("s")] == ["before", "cut"]
 
 
+# --- a task's lock connection and its fence ----------------------------------------------
+
+
+async def test_work_pinned_to_a_lock_connection_runs_on_it_and_stops_when_it_is_lost(
+    postgres_dsn: str, raw: asyncpg.Connection
+) -> None:
+    holder = await asyncpg.connect(postgres_dsn)
+    async with PostgresSession(postgres_dsn) as session, PostgresCheckpointer(postgres_dsn) as cp:
+        await session.load("s")  # the tables exist before the holder's work begins
+        with pinned(postgres_dsn, holder):
+            # The work is done on the connection itself, in its own committed transactions.
+            await session.append("s", [UserEntry("under the lock")], run_id="first")
+            assert [s.run_id for s in await session.segments("s")] == ["first"]
+            # The server drops the holder (and any lock it had): the work stops there,
+            # it does not go on through the pool as if nothing had happened.
+            await raw.execute("SELECT pg_terminate_backend($1)", holder.get_server_pid())
+            await asyncio.sleep(0.1)
+            with pytest.raises(LockLostError):
+                await session.append("s", [UserEntry("after the loss")], run_id="second")
+            with pytest.raises(LockLostError):
+                await cp.append("run", [UserEntry("after the loss")], RunHead("main"))
+        # Out of the block (or in another task) the stores use their pool as ever.
+        assert [s.run_id for s in await session.segments("s")] == ["first"]
+        assert await cp.load("run") is None
+    await holder.close()
+
+
+async def test_a_task_started_under_a_pin_uses_the_pool(
+    postgres_dsn: str, raw: asyncpg.Connection
+) -> None:
+    holder = await asyncpg.connect(postgres_dsn)
+    store = PostgresStore(postgres_dsn, schema_name="t", schema_version=1, schema_sql="SELECT 1;")
+    try:
+        with pinned(postgres_dsn, holder):
+            here = await store.fetch("SELECT pg_backend_pid()")
+            other = await asyncio.create_task(store.fetch("SELECT pg_backend_pid()"))
+        assert here[0][0] == holder.get_server_pid()
+        assert other[0][0] != holder.get_server_pid()
+    finally:
+        await store.close()
+        await holder.close()
+
+
+TOKENS = "CREATE TABLE tokens (name TEXT PRIMARY KEY, epoch INTEGER NOT NULL)"
+TOKEN_FENCE = Fence(
+    "SELECT 1 FROM tokens WHERE name = $1 AND epoch = $2 FOR SHARE", ("run", 1), "attempt 1"
+)
+
+
+async def test_fenced_writes_are_refused_once_the_fence_moves_on(
+    postgres_dsn: str, raw: asyncpg.Connection
+) -> None:
+    await raw.execute(TOKENS)
+    await raw.execute("INSERT INTO tokens VALUES ('run', 1)")
+    async with PostgresSession(postgres_dsn) as session, PostgresCheckpointer(postgres_dsn) as cp:
+        with fenced(TOKEN_FENCE):
+            await session.append("s", [UserEntry("while it holds")], run_id="a")
+            await cp.append("run", [UserEntry("while it holds")], RunHead("main"))
+            await raw.execute("UPDATE tokens SET epoch = 2")  # another attempt took over
+            with pytest.raises(FencedOffError, match="attempt 1 no longer holds"):
+                await session.append("s", [UserEntry("too late")], run_id="b")
+            with pytest.raises(FencedOffError):
+                await cp.append("run", [AssistantEntry("too late")], RunHead("main", turns=1))
+            with pytest.raises(FencedOffError):
+                await cp.delete("run")
+            # Reads are not writes: the stale attempt may still look.
+            assert [s.run_id for s in await session.segments("s")] == ["a"]
+        snapshot = await cp.load("run")
+        assert snapshot is not None and snapshot.entries == [UserEntry("while it holds")]
+        assert snapshot.head.turns == 0
+
+
+async def test_a_fenced_write_holds_off_the_change_of_its_fence_until_it_commits(
+    postgres_dsn: str, raw: asyncpg.Connection
+) -> None:
+    await raw.execute(TOKENS)
+    await raw.execute("INSERT INTO tokens VALUES ('run', 1)")
+    store = PostgresStore(postgres_dsn, schema_name="t", schema_version=1, schema_sql="SELECT 1;")
+    checked, go_on = asyncio.Event(), asyncio.Event()
+
+    async def slow_write(conn: asyncpg.Connection) -> None:
+        checked.set()  # past the fence's check, not committed yet
+        await go_on.wait()
+        await conn.execute("INSERT INTO tokens VALUES ('written', 0)")
+
+    try:
+        with fenced(TOKEN_FENCE):
+            write = asyncio.ensure_future(store.transaction(slow_write))
+        await asyncio.wait_for(checked.wait(), 10)
+        # A takeover cannot slip in between the check and the commit ...
+        await raw.execute("SET lock_timeout = '200ms'")
+        with pytest.raises(asyncpg.LockNotAvailableError):
+            await raw.execute("UPDATE tokens SET epoch = 2 WHERE name = 'run'")
+        go_on.set()
+        await asyncio.wait_for(write, 10)
+        # ... it comes after it.
+        await raw.execute("UPDATE tokens SET epoch = 2 WHERE name = 'run'")
+        assert await raw.fetchval("SELECT count(*) FROM tokens WHERE name = 'written'") == 1
+    finally:
+        await store.close()
+
+
 async def test_a_checkpoint_save_run_twice_stores_its_entries_once(postgres_dsn: str) -> None:
     # What a retry after a lost COMMIT reply does: the same save, same save id.
     async with PostgresCheckpointer(postgres_dsn) as cp:
@@ -394,6 +501,18 @@ async def test_an_undecodable_checkpoint_raises_naming_the_row(
             await cp.load("run")
 
 
+async def test_a_head_stored_without_finish_reason_loads(
+    postgres_dsn: str, raw: asyncpg.Connection
+) -> None:
+    async with PostgresCheckpointer(postgres_dsn) as cp:
+        await cp.append("run", [UserEntry("a")], RunHead("main", finish_reason="length"))
+        old = json.loads(await raw.fetchval("SELECT head_json FROM checkpoint_heads"))
+        assert old.pop("finish_reason") == "length"
+        await raw.execute("UPDATE checkpoint_heads SET head_json = $1", json.dumps(old))
+        snapshot = await cp.load("run")
+        assert snapshot is not None and snapshot.head.finish_reason is None
+
+
 async def test_bad_input_fails_before_any_connection_is_opened(
     postgres_dsn: str, raw: asyncpg.Connection
 ) -> None:
@@ -482,3 +601,23 @@ async def test_trim_beyond_postgresql_integers_trims_nothing(postgres_dsn: str) 
         assert await session.trim_tool_results("s", keep_chars=2**70) == 0
         assert await session.load("s") == runs[0] + runs[1]
         assert await session.trim_tool_results("s", keep_chars=10) == 1  # the last run is kept
+
+
+def test_the_postgresql_stores_load_no_sqlite_module() -> None:
+    # Their row encoding is the shared codec's: nothing of the SQLite stores (which
+    # another back end may change at will) is theirs to import.
+    probe = (
+        "import sys\n"
+        "import webapp.stores.postgres_checkpoint, webapp.stores.postgres_session\n"
+        "print(sorted(m for m in sys.modules if m.startswith('webapp.stores.sqlite')))\n"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.strip() == "[]"

@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from webapp.stores.postgres_session import SCHEMA_SQL as SESSION_SCHEMA
-from webapp.stores.sqlite_session import StoredSegment
+from webapp.stores.codec import StoredSegment
 from webapp.transcript import (
     AssistantEntry,
     Entry,

@@ -6,7 +6,7 @@ import contextlib
 from pathlib import Path
 
 import httpx
-from webhelpers import MakeClient, eventually, parse_html, replies
+from webhelpers import MakeClient, buttons, eventually, parse_html, replies
 
 from webapp.models import ScriptedModel
 from webapp.stores.checkpoint import RunHead
@@ -34,6 +34,7 @@ async def leave_behind(
     error: str | None = None,
     checkpoint: bool = True,
     input: str | None = None,
+    finish_reason: str | None = None,
 ) -> str:
     """What a server killed mid-run leaves in the file; returns the chat id."""
     chats = ChatStore(db)
@@ -44,7 +45,14 @@ async def leave_behind(
         if stop_requested:
             await chats.request_stop(chat.id, RUN)
         if checkpoint:
-            head = RunHead("assistant", turns=1, status=status, error=error, session_id=chat.id)  # type: ignore[arg-type]
+            head = RunHead(
+                "assistant",
+                turns=1,
+                status=status,  # type: ignore[arg-type]
+                error=error,
+                session_id=chat.id,
+                finish_reason=finish_reason,
+            )
             await cp.append(RUN, entries, head)
     finally:
         await chats.close()
@@ -172,6 +180,23 @@ async def test_a_completed_checkpoint_is_replayed_into_the_session(
     segments = await client.web.session.segments(chat_id)
     assert [(s.run_id, s.entries) for s in segments] == [(RUN, entries)]
     assert model.requests == []
+
+
+async def test_a_cut_reply_completed_just_before_a_crash_can_still_be_continued(
+    web_client_factory: MakeClient, tmp_path: Path
+):
+    # Killed between "checkpoint completed" and "session appended": the replay at
+    # start-up stores the reply, and the head says it was cut at the output limit.
+    db = tmp_path / "chat.db"
+    entries: list[Entry] = [UserEntry("count to 10"), AssistantEntry("1 2 3")]
+    chat_id = await leave_behind(db, entries, "completed", finish_reason="length")
+    client = await web_client_factory(db=db, model=ScriptedModel([]))
+    await client.wait_idle(chat_id)
+    [segment] = await client.web.session.segments(chat_id)
+    assert segment.meta == {"finish_reason": "length"}
+    [reply] = replies(await client.page(chat_id))
+    assert reply.attrs["data-status"] == "completed"
+    assert len(buttons(reply, "Continue")) == 1
 
 
 async def test_shutdown_mid_run_resumes_on_the_next_start(tmp_path: Path):

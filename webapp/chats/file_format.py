@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass, fields
 from typing import Any
 
-from webapp.stores.sqlite_session import StoredSegment
+from webapp.stores.codec import StoredSegment
 from webapp.transcript import (
     AssistantEntry,
     Entry,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from webapp.stores.postgres_session import LOCK_SQL
-from webapp.stores.sqlite_session import StoredSegment
+from webapp.stores.codec import StoredSegment
 from webapp.chats.db import Tx, numbered
 
 # Positional twin of each store's own append: the new row's position comes from

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
 from webapp.stores.session import Segment
-from webapp.stores.sqlite_session import StoredSegment
+from webapp.stores.codec import StoredSegment
 from webapp.transcript import Entry
 from webapp.chats import file_format
 from webapp.chats import search as chat_search

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from webapp.stores.sqlite_session import StoredSegment
+from webapp.stores.codec import StoredSegment
 from webapp.transcript import AssistantEntry, Entry
 from webapp.chats.db import Tx
 from webapp.chats.session_rows import (

@@ -20,7 +20,7 @@ class RunResult:
     entries: list[Entry]  # this run's own entries: its input and what it produced
     usage: Usage
     turns: int
-    finish_reason: str | None  # None on a replay: it is not persisted
+    finish_reason: str | None  # a replay reports the one its completed head kept
     final_agent: Agent
     # A paused run's calls waiting for the user (output is then ""); empty once finished.
     interruptions: list[PendingApproval] = field(default_factory=list)

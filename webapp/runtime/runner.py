@@ -265,7 +265,7 @@ class _Run:
                 f"{self.entry_agent.name!r}'s handoff graph any more; it cannot be resumed"
             )
         self.agent = agent
-        self.head = replace(snapshot.head, status="running", error=None)
+        self.head = replace(snapshot.head, status="running", error=None, finish_reason=None)
         self.ctx.agent_name, self.ctx.turn, self.ctx.usage = (
             agent.name,
             self.head.turns,
@@ -403,7 +403,13 @@ class _Run:
                 await verdict
         result = self._result(output, self.finish_reason)
         await self._hook("on_run_end", self.ctx, result)
-        self.head = replace(self.head, status="completed", output=output, updated_at=time.time())
+        self.head = replace(
+            self.head,
+            status="completed",
+            output=output,
+            finish_reason=self.finish_reason,
+            updated_at=time.time(),
+        )
         await self._await_earlier_save()
         self.completed = True  # from here a cancel is too late: the save below is submitted
         await self._save()
@@ -436,14 +442,14 @@ class _Run:
         self.entries, self.head = list(snapshot.entries), snapshot.head
         self.completed = True
         await self._persist_finished(self.entries, self.head)
-        result = self._result(snapshot.head.output or "", None)
+        result = self._result(snapshot.head.output or "", snapshot.head.finish_reason)
         self.emit(RunCompleted(result))
         return result
 
     async def _finish_after_late_cancel(self) -> RunResult:
         await self._settle_inflight()  # checkpoint completed first, then the session
         await self._persist_finished(self.entries, self.head)
-        result = self._result(self.head.output or "", self.finish_reason)
+        result = self._result(self.head.output or "", self.head.finish_reason)
         self.emit(RunCompleted(result))
         return result
 
@@ -517,7 +523,7 @@ class _Run:
 
     async def _persist_finished(self, entries: list[Entry], head: RunHead) -> None:
         if self.session is not None and self.session_id is not None:
-            meta = segment_meta(head.context_state, self.finish_reason)  # a replay has none
+            meta = segment_meta(head.context_state, head.finish_reason)
             await self.session.append(self.session_id, list(entries), run_id=self.run_id, meta=meta)
         cp = self.checkpoint
         if cp is not None and cp.delete_on_success:

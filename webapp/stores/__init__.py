@@ -5,7 +5,8 @@ connection, serialized jobs, group commit) behind `SQLiteSession`,
 `SQLiteCheckpointer` and the web app's own tables; opening its file (retries,
 pragmas, schema versions) lives in `webapp.stores.sqlite_connection`.
 `webapp.stores.postgres.PostgresStore` is the same role on PostgreSQL (an
-asyncpg pool) behind `PostgresSession` and `PostgresCheckpointer`.
+asyncpg pool) behind `PostgresSession` and `PostgresCheckpointer`. Both back
+ends store the same JSON text, encoded and decoded by `webapp.stores.codec`.
 """
 
 from __future__ import annotations

@@ -29,6 +29,9 @@ class RunHead:
     output: str | None = None
     error: str | None = None
     session_id: str | None = None
+    # Why the model's last turn ended ("length": cut at its output limit), kept with the
+    # completed head so a replay reports it: Continue is offered on that alone.
+    finish_reason: str | None = None
     started_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
     # Tool approval (webapp.runtime.approvals): the calls waiting for the user

@@ -24,6 +24,18 @@ Invariants, each named for the failure it prevents:
 - a database written by a newer release is refused, never downgraded;
 - no password in messages: errors name the DSN with its password masked.
 
+Two things a caller can set for the operations of the current task:
+- a **lock connection** (`pinned`): the connection that holds the task's lock
+  (the web app's chat lock, on several processes). Every operation of that
+  task on the same database runs on it, so losing it -- which frees the lock
+  on the server -- also ends the work under the lock: the next operation
+  raises `LockLostError` instead of going on, unlocked, on another connection,
+  and one in flight is rolled back with the connection;
+- a **fence** (`fenced`): a condition each write checks in its own
+  transaction, holding what it reads until the write commits. The web app
+  fences a run's writes with its lease, so a stalled owner whose run was
+  taken over gets `FencedOffError` instead of writing over the new owner.
+
 Advisory lock keys are pairs ``(hashtext(<purpose>), <key>)``; the purposes in
 use are listed in `LOCK_PURPOSES` so later code picks a new one.
 """
@@ -31,10 +43,12 @@ use are listed in `LOCK_PURPOSES` so later code picks a new one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -42,13 +56,20 @@ import asyncpg
 
 __all__ = [
     "LOCK_PURPOSES",
+    "Fence",
+    "FencedOffError",
+    "LockLostError",
     "PostgresBacked",
     "PostgresSchema",
     "PostgresStore",
     "SchemaVersionError",
     "StoreUnavailableError",
+    "connection_gone",
     "connection_lost",
+    "fenced",
     "is_transient",
+    "pinned",
+    "pinned_connection",
     "redact_dsn",
 ]
 
@@ -57,7 +78,7 @@ logger = logging.getLogger("webapp.stores.postgres")
 T = TypeVar("T")
 ConnFn = Callable[[asyncpg.Connection], Awaitable[T]]
 
-LOCK_PURPOSES = ("webapp.schema", "webapp.session")
+LOCK_PURPOSES = ("webapp.schema", "webapp.session", "webapp.chat")
 SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('webapp.schema'), 0)"
 
 _BACKOFF_START = 0.01
@@ -70,6 +91,74 @@ class StoreUnavailableError(ConnectionError):
 
 class SchemaVersionError(RuntimeError):
     """The database holds a schema this code cannot use (newer, or no migration path)."""
+
+
+class LockLostError(RuntimeError):
+    """The connection holding the current task's lock is gone, and the lock with it."""
+
+
+class FencedOffError(RuntimeError):
+    """A write's fence no longer holds: the write was refused, nothing of it stored."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A condition every write of the current task checks in the write's own transaction.
+
+    ``sql`` returns a row while the writer may write and locks it (``FOR SHARE``),
+    so whoever would change it waits for the write to commit, and a write after
+    the change finds no row. ``holder`` names the writer in the error.
+    """
+
+    sql: str
+    args: tuple[Any, ...]
+    holder: str
+
+    async def check(self, conn: asyncpg.Connection) -> None:
+        if await conn.fetchval(self.sql, *self.args) is None:
+            raise FencedOffError(
+                f"{self.holder} no longer holds what its writes are fenced by (another "
+                "took it over); this write was refused and nothing of it was stored"
+            )
+
+
+_fence: ContextVar[Fence | None] = ContextVar("webapp_postgres_fence", default=None)
+# (task, dsn, connection): only that task's operations on that database use it.
+_pinned: ContextVar[tuple[asyncio.Task[Any] | None, str, asyncpg.Connection] | None] = ContextVar(
+    "webapp_postgres_pinned", default=None
+)
+
+
+@contextlib.contextmanager
+def fenced(fence: Fence) -> Iterator[None]:
+    """Every store write in the block, and in tasks started in it, checks ``fence`` first."""
+    token = _fence.set(fence)
+    try:
+        yield
+    finally:
+        _fence.reset(token)
+
+
+@contextlib.contextmanager
+def pinned(dsn: str, conn: asyncpg.Connection) -> Iterator[None]:
+    """This task's store operations on ``dsn`` run on ``conn`` in the block.
+
+    Tasks started in the block do not inherit it: a connection runs one
+    statement at a time, and what they do is not the work under the lock.
+    """
+    token = _pinned.set((asyncio.current_task(), dsn, conn))
+    try:
+        yield
+    finally:
+        _pinned.reset(token)
+
+
+def pinned_connection(dsn: str) -> asyncpg.Connection | None:
+    """The connection the current task's operations on ``dsn`` are pinned to, if any."""
+    found = _pinned.get()
+    if found is None or found[0] is not asyncio.current_task() or found[1] != dsn:
+        return None
+    return found[2]
 
 
 def redact_dsn(dsn: str) -> str:
@@ -102,7 +191,7 @@ def connection_lost(exc: BaseException) -> bool:
 
 def _in_chain(exc: BaseException | None, test: Callable[[BaseException], bool]) -> bool:
     for _ in range(5):
-        if exc is None:
+        if exc is None or isinstance(exc, _FINAL):
             return False
         if test(exc):
             return True
@@ -134,6 +223,11 @@ def _lost_alone(exc: BaseException) -> bool:
             asyncio.TimeoutError,  # connect timeout
         ),
     )
+
+
+# Never worth running again, whatever they were raised while handling: the timeout
+# has been waited out, the lock is gone, the fence refuses.
+_FINAL = (StoreUnavailableError, LockLostError, FencedOffError)
 
 
 @dataclass(frozen=True)
@@ -246,21 +340,31 @@ class PostgresStore:
     # --- public API -------------------------------------------------------------
 
     async def transaction(self, fn: ConnFn[T]) -> T:
-        """Run ``fn(conn)`` in one committed transaction (run again if the connection drops)."""
+        """Run ``fn(conn)`` in one committed transaction (run again if the connection drops),
+        after the current fence's check (`fenced`), if there is one."""
+        fence = _fence.get()
 
         async def in_transaction(conn: asyncpg.Connection) -> T:
             async with conn.transaction():
+                if fence is not None:
+                    await fence.check(conn)
                 return await fn(conn)
 
         return await self._run(in_transaction)
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        """Rows of one statement."""
+        """Rows of one statement (a read: never fenced)."""
         return await self._run(lambda conn: conn.fetch(sql, *args))  # type: ignore[no-any-return]
 
     async def execute(self, sql: str, *args: Any) -> str:
         """Run one statement (its own transaction); returns the server's status tag."""
-        return await self._run(lambda conn: conn.execute(sql, *args))  # type: ignore[no-any-return]
+
+        async def statement(conn: asyncpg.Connection) -> str:
+            return str(await conn.execute(sql, *args))
+
+        if _fence.get() is not None:  # the check and the statement in one transaction
+            return await self.transaction(statement)
+        return await self._run(statement)
 
     async def close(self) -> None:
         """Wait for operations in flight, close the pool; idempotent, a later call reopens."""
@@ -294,7 +398,10 @@ class PostgresStore:
             # that swaps the pool out afterwards sees this operation and waits.
             users, done = self._users, asyncio.get_running_loop().create_future()
             users.add(done)
+            held = pinned_connection(self.dsn)
             try:
+                if held is not None:
+                    return await _on_held(held, fn)
                 async with pool.acquire() as conn:
                     return await fn(conn)
             except Exception as exc:
@@ -387,6 +494,30 @@ class PostgresStore:
         # Settings in the DSN's query (application_name, search_path ...) win.
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.dsn).query)
         return {} if "application_name" in query else {"application_name": "webapp"}
+
+
+def connection_gone(conn: asyncpg.Connection) -> bool:
+    """True when ``conn`` is closed -- or, taken from a pool, was taken back by it
+    because its connection died (its proxy then refuses every call)."""
+    try:
+        return bool(conn.is_closed())
+    except asyncpg.InterfaceError:
+        return True
+
+
+async def _on_held(conn: asyncpg.Connection, fn: ConnFn[T]) -> T:
+    """``fn`` on the connection that holds the task's lock; never on another one."""
+    if connection_gone(conn):
+        raise LockLostError("the connection holding this task's lock was closed")
+    try:
+        return await fn(conn)
+    except Exception as exc:
+        if connection_lost(exc) or connection_gone(conn):
+            raise LockLostError(
+                f"the connection holding this task's lock was lost ({type(exc).__name__}: "
+                f"{exc}); the server released the lock with it, so the work under it stops"
+            ) from exc
+        raise
 
 
 def _abandon(pool: asyncpg.Pool) -> None:

@@ -28,10 +28,8 @@ import uuid
 import asyncpg
 
 from webapp.stores.checkpoint import RunHead, RunSnapshot
+from webapp.stores.codec import decode_checkpoint_entries, decode_head, encode_head
 from webapp.stores.postgres import PostgresBacked
-
-# Decoding and its error messages are the SQLite store's, written once.
-from webapp.stores.sqlite_checkpoint import _decode_entries, _decode_head
 from webapp.transcript import Entry, entry_to_dict
 
 SCHEMA_NAME = "checkpoint"
@@ -97,14 +95,7 @@ class PostgresCheckpointer(PostgresBacked):
             raise TypeError(f"head must be a RunHead, got {type(head).__name__}")
         # Encoded before any connection is taken: bad input fails this call alone.
         rows = [json.dumps(entry_to_dict(e), ensure_ascii=False) for e in entries]
-        try:
-            head_json = json.dumps(head.to_dict(), ensure_ascii=False)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(
-                f"RunHead for run {run_id!r} is not JSON-serializable "
-                f"(check context_state and output): {exc}"
-            ) from None
-        await self._save(run_id, rows, head_json, uuid.uuid4().hex)
+        await self._save(run_id, rows, encode_head(run_id, head), uuid.uuid4().hex)
 
     async def _save(
         self, run_id: str, entries_json: list[str], head_json: str, save_id: str
@@ -117,9 +108,9 @@ class PostgresCheckpointer(PostgresBacked):
         if not rows:
             return None
         head_json, count, positions, entries_json = rows[0]
-        head = _decode_head(run_id, head_json)
+        head = decode_head(run_id, head_json)
         stored = list(zip(positions, entries_json, strict=True))
-        return RunSnapshot(run_id, _decode_entries(run_id, count, stored), head)
+        return RunSnapshot(run_id, decode_checkpoint_entries(run_id, count, stored), head)
 
     async def delete(self, run_id: str) -> None:
         async def remove(conn: asyncpg.Connection) -> None:

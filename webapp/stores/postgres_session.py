@@ -29,6 +29,16 @@ from typing import Any
 
 import asyncpg
 
+from webapp.stores.codec import (
+    SQL_INT_MAX,
+    check_id,
+    decode_all,
+    decode_entries,
+    decode_segments,
+    encode_entries,
+    encode_meta,
+    trimmed_rows,
+)
 from webapp.stores.postgres import PostgresBacked
 from webapp.stores.session import (
     Segment,
@@ -36,18 +46,6 @@ from webapp.stores.session import (
     longest_untrimmed,
     new_run_id,
     plan_rewind,
-)
-
-# The encoding and its error messages are the SQLite store's, written once.
-from webapp.stores.sqlite_session import (
-    _SQL_INT_MAX,
-    _check_id,
-    _decode_all,
-    _decode_entries,
-    _decode_segments,
-    _encode_entries,
-    _encode_meta,
-    _trimmed_rows,
 )
 from webapp.transcript import Entry
 
@@ -127,7 +125,7 @@ class PostgresSession(PostgresBacked):
             "WHERE session_id = $1 ORDER BY seq",
             session_id,
         )
-        return _decode_segments(session_id, rows)
+        return decode_segments(session_id, rows)
 
     async def load(self, session_id: str) -> list[Entry]:
         rows = await self._store.fetch(
@@ -135,7 +133,7 @@ class PostgresSession(PostgresBacked):
             "WHERE session_id = $1 ORDER BY seq",
             session_id,
         )
-        return _decode_all(session_id, rows)
+        return decode_all(session_id, rows)
 
     async def append(
         self,
@@ -149,11 +147,11 @@ class PostgresSession(PostgresBacked):
         items = list(entries)
         # Encoded before any connection is taken: bad input fails this call alone.
         args = (
-            _check_id("session_id", session_id),
-            _check_id("run_id", run_id),
+            check_id("session_id", session_id),
+            check_id("run_id", run_id),
             len(items),
-            _encode_entries(items),
-            _encode_meta(meta),
+            encode_entries(items),
+            encode_meta(meta),
         )
 
         async def add(conn: asyncpg.Connection) -> None:
@@ -181,7 +179,7 @@ class PostgresSession(PostgresBacked):
             # A cut at 0 also takes empty runs at the very start: 0 empties the session.
             rows = await conn.fetch(TAIL_SQL, session_id, keep_entries if keep_entries > 0 else -1)
             tail = [
-                (first, Segment(run_id, _decode_entries(session_id, seq, run_id, data)))
+                (first, Segment(run_id, decode_entries(session_id, seq, run_id, data)))
                 for seq, run_id, first, data in rows
             ]
             plan = plan_rewind(tail, keep_entries)
@@ -195,7 +193,7 @@ class PostgresSession(PostgresBacked):
                 await conn.execute(
                     "UPDATE session_segments SET entries_json = $1, entry_count = $2, "
                     "meta_json = NULL WHERE session_id = $3 AND run_id = $4",
-                    _encode_entries(plan.truncate.entries),
+                    encode_entries(plan.truncate.entries),
                     len(plan.truncate.entries),
                     session_id,
                     plan.truncate.run_id,
@@ -216,10 +214,10 @@ class PostgresSession(PostgresBacked):
             rows = await conn.fetch(
                 _TRIM_ROWS,
                 session_id,
-                min(keep_runs, _SQL_INT_MAX),
-                min(longest_untrimmed(keep_chars), _SQL_INT_MAX),
+                min(keep_runs, SQL_INT_MAX),
+                min(longest_untrimmed(keep_chars), SQL_INT_MAX),
             )
-            total, updates = _trimmed_rows(session_id, rows, keep_chars)
+            total, updates = trimmed_rows(session_id, rows, keep_chars)
             if updates:
                 await conn.executemany(
                     "UPDATE session_segments SET entries_json = $1 "

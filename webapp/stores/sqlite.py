@@ -64,6 +64,7 @@ from typing import Any, ClassVar, Literal, Self, TypeVar
 
 import aiosqlite
 
+from webapp.stores.codec import StoredDataError  # its home is the shared codec; named here too
 from webapp.stores.sqlite_connection import (
     LockWait,
     Schema,
@@ -88,10 +89,6 @@ MAX_BATCH = 256  # writes per transaction; bounds the work a re-run repeats
 
 class CommitFailedError(RuntimeError):
     """COMMIT failed for a reason other than a lock: the writes may not be on disk."""
-
-
-class StoredDataError(ValueError):
-    """A stored row cannot be decoded; raised instead of silently skipping it."""
 
 
 class _Retry(Exception):

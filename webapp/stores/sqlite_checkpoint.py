@@ -16,8 +16,12 @@ import sqlite3
 from typing import Any
 
 from webapp.stores.checkpoint import RunHead, RunSnapshot
-from webapp.stores.sqlite import SQLiteBacked, StoredDataError
-from webapp.transcript import Entry, entry_from_dict, entry_to_dict
+
+# The row decoding is shared with PostgreSQL (webapp.stores.codec).
+from webapp.stores.codec import decode_checkpoint_entries as _decode_entries
+from webapp.stores.codec import decode_head as _decode_head
+from webapp.stores.sqlite import SQLiteBacked
+from webapp.transcript import Entry, entry_to_dict
 
 SCHEMA_NAME = "checkpoint"
 SCHEMA_VERSION = 1
@@ -109,35 +113,3 @@ class SQLiteCheckpointer(SQLiteBacked):
             conn.execute("DELETE FROM checkpoint_heads WHERE run_id = ?", (run_id,))
 
         await self._store.write(remove)
-
-
-def _decode_head(run_id: str, head_json: str) -> RunHead:
-    try:
-        data = json.loads(head_json)
-        if not isinstance(data, dict):
-            raise TypeError(f"expected a JSON object, got {type(data).__name__}")
-        return RunHead.from_dict(data)
-    except (ValueError, TypeError) as exc:
-        raise StoredDataError(
-            f"checkpoint_heads row for run {run_id!r} cannot be decoded: {exc}. Delete the "
-            "checkpoint (it cannot be resumed) or repair the row."
-        ) from exc
-
-
-def _decode_entries(run_id: str, count: int, rows: list[Any]) -> list[Entry]:
-    if len(rows) != count or any(idx != i for i, (idx, _) in enumerate(rows)):
-        raise StoredDataError(
-            f"checkpoint of run {run_id!r} should hold entries 0..{count - 1} but holds "
-            f"{[idx for idx, _ in rows][:20]}; it was changed outside this store. Delete the "
-            "checkpoint (it cannot be resumed safely) or repair it."
-        )
-    out: list[Entry] = []
-    for idx, data in rows:
-        try:
-            out.append(entry_from_dict(json.loads(data)))
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise StoredDataError(
-                f"checkpoint_entries row (run_id={run_id!r}, idx={idx}) cannot be decoded: "
-                f"{exc}. Delete the checkpoint or repair the row."
-            ) from exc
-    return out

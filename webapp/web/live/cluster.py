@@ -23,9 +23,20 @@ number of processes share the database, and this module is how they agree:
   events were written, that a stop was requested, or that runs were handed
   over. Nothing depends on a notification arriving: followers also poll, and
   leases are scanned on a timer.
-- **Chat locks**: a session-level advisory lock per chat, held for a chat
-  operation on this process's lock connection, so an operation and a run's
-  final bookkeeping never interleave, whichever processes they run on.
+- **Fencing**: the lease's epoch is the fencing token of every write a run
+  makes -- its checkpoint saves, its session append and chat row updates at
+  the end (each checks the lease in its own transaction, `fence`), its run
+  events (inserted only while the lease is the writer's). An owner that
+  stalled past its lease and wakes after another process took the run over
+  can therefore write nothing: its next write raises `FencedOffError`, which
+  stops the run there without recording anything (`RunManager`).
+- **Chat locks**: an advisory lock per chat, held for a chat operation on a
+  connection of its own, which is also the connection the operation's
+  database work runs on (`webapp.stores.postgres.pinned`). So an operation and
+  a run's final bookkeeping never interleave, whichever processes they run
+  on; and if that connection is lost, which frees the lock on the server, the
+  work under it is rolled back and stops at its next statement
+  (`LockLostError`) instead of going on unlocked beside the next holder.
 """
 
 from __future__ import annotations
@@ -35,13 +46,19 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
-from webapp.stores.postgres import redact_dsn
+from webapp.stores.postgres import (
+    Fence,
+    connection_gone,
+    pinned,
+    pinned_connection,
+    redact_dsn,
+)
 
 logger = logging.getLogger("webapp.web.live.cluster")
 
@@ -49,7 +66,7 @@ LEASE_SECONDS = 10.0  # a lease not renewed for this long is another process's t
 RENEW_SECONDS = 2.0  # renewals, the scan for runs nobody owns, and followers' polls
 FLUSH_SECONDS = 0.02  # events are written in batches at most this far apart
 FLUSH_TIMEOUT = 10.0  # a flush gives up after this long (the database is unreachable)
-LOCK_POLL_SECONDS = 0.02  # a chat lock held by another process is tried again this often
+LOCK_CONNECTIONS = 8  # chat operations holding their lock at once; more wait for one
 EVENTS_KEPT_SECONDS = 300  # a finished run's events stay this long for late readers
 _MAX_PAYLOAD = 7000  # bytes of run ids in one notification ("*": every run)
 
@@ -70,12 +87,38 @@ LEFT JOIN run_leases l ON l.run_id = c.active_run_id AND l.expires_at >= now()
 WHERE c.active_run_id IS NOT NULL AND l.run_id IS NULL
 """
 
-_TRY_LOCK = "SELECT pg_try_advisory_lock(hashtext('webapp.chat'), hashtext($1))"
+# Renewed only where this process holds the very attempt ($2, $3): rows locked in
+# run_id order, as `_WRITE_EVENTS` locks them, so the two never deadlock.
+_RENEW = """
+WITH mine AS (
+    SELECT l.run_id FROM run_leases l
+    JOIN unnest($2::text[], $3::text[]) AS a (run_id, epoch)
+        ON a.run_id = l.run_id AND a.epoch = l.epoch
+    WHERE l.owner = $1 ORDER BY l.run_id FOR UPDATE OF l
+)
+UPDATE run_leases SET expires_at = now() + make_interval(secs => $4)
+FROM mine WHERE run_leases.run_id = mine.run_id
+RETURNING run_leases.run_id
+"""
+
+# A run's writes go through while its attempt holds the lease, and the lease row stays
+# share-locked until they commit: a takeover (which updates the row) waits for them.
+_FENCE = "SELECT 1 FROM run_leases WHERE run_id = $1 AND owner = $2 AND epoch = $3 FOR SHARE"
+
+_LOCK = "SELECT pg_advisory_lock(hashtext('webapp.chat'), hashtext($1))"
 _UNLOCK = "SELECT pg_advisory_unlock(hashtext('webapp.chat'), hashtext($1))"
 
+# Only the records of attempts that hold their lease (the fence, for a whole batch).
 _WRITE_EVENTS = """
+WITH batch (run_id, epoch, seq, event, data, delta) AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[])
+), held AS (
+    SELECT l.run_id, l.epoch FROM run_leases l
+    WHERE l.owner = $7 AND (l.run_id, l.epoch) IN (SELECT run_id, epoch FROM batch)
+    ORDER BY l.run_id FOR SHARE OF l
+)
 INSERT INTO run_events (run_id, epoch, seq, event, data, delta)
-SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[])
+SELECT b.* FROM batch b JOIN held h ON h.run_id = b.run_id AND h.epoch = b.epoch
 ON CONFLICT DO NOTHING
 """
 
@@ -91,10 +134,11 @@ class EventRow:
 class Cluster:
     """This process's view of the others: its leases, its event writes, its wake-ups.
 
-    ``owner`` names this process in the lease table. `start` opens the lock
-    and listening connections; the callbacks run on this process's loop when
-    another process writes events (``on_events(run_id)``), asks for a stop
-    (``on_stop(run_id)``) or hands runs over (``on_handover()``).
+    ``owner`` names this process in the lease table. `start` opens the
+    connections (chat locks have a pool of their own); the callbacks run on
+    this process's loop when another process writes events
+    (``on_events(run_id)``), asks for a stop (``on_stop(run_id)``) or hands
+    runs over (``on_handover()``).
     """
 
     def __init__(self, dsn: str, owner: str) -> None:
@@ -105,8 +149,7 @@ class Cluster:
         self.on_handover: Callable[[], None] = lambda: None
         self._pool: asyncpg.Pool | None = None
         self._listener: asyncpg.Connection | None = None
-        self._locker: asyncpg.Connection | None = None
-        self._locker_busy = asyncio.Lock()
+        self._locks: asyncpg.Pool | None = None
         self._channel = ""
         self._pending: list[tuple[str, str, int, str, str, str | None]] = []
         self._flush_wanted = asyncio.Event()
@@ -123,7 +166,7 @@ class Cluster:
         schema = await self._pool.fetchval("SELECT current_schema()")
         digest = hashlib.sha1(str(schema).encode()).hexdigest()[:16]
         self._channel = f"webapp_{digest}"
-        await self._lock_conn()
+        self._locks = await asyncpg.create_pool(self.dsn, min_size=1, max_size=LOCK_CONNECTIONS)
         await self._listen()
         self._writer = asyncio.get_running_loop().create_task(self._write_events())
 
@@ -150,10 +193,15 @@ class Cluster:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._writer
             self._writer = None
-        for conn in (self._listener, self._locker):
-            if conn is not None and not conn.is_closed():
-                await conn.close()
-        self._listener = self._locker = None
+        if self._listener is not None and not self._listener.is_closed():
+            await self._listener.close()
+        self._listener = None
+        if self._locks is not None:
+            try:  # an operation still holding its lock has seconds to finish
+                await asyncio.wait_for(self._locks.close(), FLUSH_TIMEOUT)
+            except TimeoutError:
+                self._locks.terminate()
+            self._locks = None
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -182,29 +230,35 @@ class Cluster:
     # --- chat locks ------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def chat_lock(self, chat_id: str) -> AsyncIterator[None]:
-        """Hold chat ``chat_id``'s lock across processes (the caller holds this
-        process's own lock for the chat, so the advisory lock is taken once)."""
-        while True:
-            async with self._locker_busy:
-                conn = await self._lock_conn()
-                got = await conn.fetchval(_TRY_LOCK, chat_id)
-            if got:
-                break
-            await asyncio.sleep(LOCK_POLL_SECONDS)
-        try:
-            yield
-        finally:
-            async with self._locker_busy:
-                current = self._locker
-                if current is not None and current is conn and not current.is_closed():
-                    await current.execute(_UNLOCK, chat_id)
-                # else: the connection was lost, and the server released its locks with it
+    async def chat_lock(self, key: str) -> AsyncIterator[None]:
+        """Hold ``key``'s lock across processes for the block, whose store operations
+        run on the connection holding it (the caller holds this process's own lock for
+        ``key``, so no two tasks here wait for one key). A lock taken inside another
+        lock of the same task goes on that one's connection."""
+        held = pinned_connection(self.dsn)
+        if held is not None:
+            await held.execute(_LOCK, key)
+            try:
+                yield
+            finally:
+                await _unlock(held, key)
+            return
+        if self._locks is None:
+            raise RuntimeError("the cluster connection is not started (Cluster.start)")
+        # Released to the pool, a connection is reset, which drops any lock it still has.
+        async with self._locks.acquire() as conn:
+            await conn.execute(_LOCK, key)
+            try:
+                with pinned(self.dsn, conn):
+                    yield
+            finally:
+                await _unlock(conn, key)
 
-    async def _lock_conn(self) -> asyncpg.Connection:
-        if self._locker is None or self._locker.is_closed():
-            self._locker = await asyncpg.connect(self.dsn)
-        return self._locker
+    # --- fencing ---------------------------------------------------------------------
+
+    def fence(self, run_id: str, epoch: str) -> Fence:
+        """What every write of attempt ``epoch`` of ``run_id`` checks: it holds the lease."""
+        return Fence(_FENCE, (run_id, self.owner, epoch), f"attempt {epoch} of run {run_id}")
 
     # --- leases ----------------------------------------------------------------------
 
@@ -213,32 +267,36 @@ class Cluster:
         found = await self.pool.fetchval(_CLAIM, run_id, chat_id, self.owner, epoch, LEASE_SECONDS)
         return found is not None
 
-    async def renew(self, run_ids: Sequence[str]) -> tuple[set[str], set[str]]:
-        """Extend this process's leases on ``run_ids``; returns (held, stop requested)."""
-        if not run_ids:
+    async def renew(self, attempts: Mapping[str, str]) -> tuple[set[str], set[str]]:
+        """Extend this process's leases on ``attempts`` (run id -> epoch); returns the
+        run ids (still held, stop requested)."""
+        if not attempts:
             return set(), set()
+        run_ids = list(attempts)
         async with self.pool.acquire() as conn:
             held = await conn.fetch(
-                "UPDATE run_leases SET expires_at = now() + make_interval(secs => $3) "
-                "WHERE owner = $1 AND run_id = ANY($2::text[]) RETURNING run_id",
-                self.owner,
-                list(run_ids),
-                LEASE_SECONDS,
+                _RENEW, self.owner, run_ids, [attempts[r] for r in run_ids], LEASE_SECONDS
             )
             stops = await conn.fetch(
                 "SELECT stop_requested_run_id FROM chats WHERE stop_requested_run_id = "
                 "ANY($1::text[]) AND active_run_id = stop_requested_run_id",
-                list(run_ids),
+                run_ids,
             )
         return {r[0] for r in held}, {r[0] for r in stops}
 
-    async def release(self, run_id: str) -> None:
+    async def release(self, run_id: str, epoch: str) -> None:
+        """Give up attempt ``epoch``'s lease on ``run_id`` (a later attempt's stays)."""
         await self.pool.execute(
-            "DELETE FROM run_leases WHERE run_id = $1 AND owner = $2", run_id, self.owner
+            "DELETE FROM run_leases WHERE run_id = $1 AND owner = $2 AND epoch = $3",
+            run_id,
+            self.owner,
+            epoch,
         )
 
     async def hand_over(self) -> int:
         """Give up every lease of this process at once and wake the others to take them."""
+        with contextlib.suppress(TimeoutError):  # once the leases go, their events are refused
+            await self.flush()
         status = await self.pool.execute("DELETE FROM run_leases WHERE owner = $1", self.owner)
         await self.notify("h")
         return int(status.rpartition(" ")[2] or 0)
@@ -297,7 +355,7 @@ class Cluster:
         if len(runs) > _MAX_PAYLOAD:  # a notification carries at most 8000 bytes
             runs = "*"
         async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(_WRITE_EVENTS, *(list(c) for c in columns))
+            await conn.execute(_WRITE_EVENTS, *(list(c) for c in columns), self.owner)
             await conn.execute("SELECT pg_notify($1, $2)", self._channel, "e " + runs)
 
     async def events(self, run_id: str, epoch: str, after: int) -> list[EventRow]:
@@ -321,3 +379,13 @@ class Cluster:
             "AND l.epoch = e.epoch)",
             EVENTS_KEPT_SECONDS,
         )
+
+
+async def _unlock(conn: asyncpg.Connection, key: str) -> None:
+    if connection_gone(conn):
+        return  # the server released the lock with the connection
+    try:
+        await conn.execute(_UNLOCK, key)
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        # Lost now: the server releases it; else the pool's reset does.
+        logger.warning("could not release the lock of %s: %s", key, exc)

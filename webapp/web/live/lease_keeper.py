@@ -90,7 +90,7 @@ class LeaseKeeper:
 
     async def _renew(self) -> None:
         owned = self.runs.owned()
-        held, stops = await self.cluster.renew(list(owned))
+        held, stops = await self.cluster.renew({r: state.epoch for r, state in owned.items()})
         for run_id, state in owned.items():
             if run_id not in held:
                 logger.warning("run %s: its lease was lost; another process resumes it", run_id)

@@ -18,6 +18,9 @@ hold it.
 
 The log's ``done`` record is appended only after the run's outcome is
 durable, so a client that sees the final reply can act on it at once.
+
+With other processes a run's writes are fenced by its lease (`_fenced`): one
+taken over elsewhere while this process stalled ends here recording nothing.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from webapp.events import (
     ReasoningDelta,
     RunCancelled,
     RunCompleted,
+    RunFailed,
     RunPaused,
     TerminalEvent,
     TextDelta,
@@ -49,6 +53,7 @@ from webapp.runtime.agent import Agent
 from webapp.runtime.options import CheckpointOptions
 from webapp.runtime.runner import Runner
 from webapp.stores.checkpoint import Checkpointer
+from webapp.stores.postgres import FencedOffError, fenced
 from webapp.stores.session import Session
 from webapp.transcript import Entry, UserEntry, drop_dangling_tool_calls
 from webapp.web import event_names as names
@@ -226,6 +231,13 @@ class RunManager:
     def _next_epoch(self) -> str:
         return f"{self._process}.{next(self._attempts)}"
 
+    def _fenced(self, run_id: str, epoch: str) -> contextlib.AbstractContextManager[None]:
+        """With other processes: each write in the block (and in tasks it starts) is
+        refused with `FencedOffError` once attempt ``epoch`` no longer holds the lease."""
+        if self.cluster is None:
+            return contextlib.nullcontext()
+        return fenced(self.cluster.fence(run_id, epoch))
+
     def _record(self, state: RunState, event: str, data: str, delta: dict[str, Any]) -> None:
         """Append a record to the run's log (and, for other processes, to the database)."""
         state.append(event, data)
@@ -235,14 +247,15 @@ class RunManager:
     def _launch(
         self, state: RunState, text: str | list[Entry], options: CheckpointOptions, session: Session
     ) -> None:
-        state.handle = Runner.stream(
-            self.agent,
-            text,
-            session=session,
-            session_id=state.chat_id,
-            checkpoint=options,
-            max_turns=self.max_turns,
-        )
+        with self._fenced(state.run_id, state.epoch):  # the run's own task inherits it
+            state.handle = Runner.stream(
+                self.agent,
+                text,
+                session=session,
+                session_id=state.chat_id,
+                checkpoint=options,
+                max_turns=self.max_turns,
+            )
         state.handle.wait_after_first_text(state.first_text_read)
         task = asyncio.get_running_loop().create_task(
             self._consume(state), name=f"chat-run-{state.run_id}"
@@ -308,6 +321,8 @@ class RunManager:
             await self._let_go(state)
             return
         event = state.terminal.result()
+        if isinstance(event, RunFailed) and isinstance(event.error, FencedOffError):
+            state.lease_lost = True  # taken over elsewhere: the run's own write was refused
         if state.lease_lost or (isinstance(event, RunCancelled) and not state.stop_requested):
             # Server shutdown (or a lease lost): the checkpoint resumes the run in the
             # next process. No `done` record: clients reconnect and continue there.
@@ -316,10 +331,16 @@ class RunManager:
             state.append_nothing()
             return
         try:
-            reply = await self._record_outcome(state, event)
+            with self._fenced(state.run_id, state.epoch):
+                reply = await self._record_outcome(state, event)
             # The finished reply keeps its switcher (only its own part of the tree).
             tree = await self.chats.tree_around(state.chat_id, [reply.run_id])
             reply.versions = tree.versions([tree.nodes[reply.run_id]]).of_reply(reply.run_id)
+        except FencedOffError:  # taken over elsewhere: that attempt records the outcome
+            logger.warning("run %s: another process took it over; nothing recorded", state.run_id)
+            state.lease_lost = state.abandoned = state.finished = True
+            state.append_nothing()
+            return
         except Exception as exc:  # the store failed: say so on the reply, keep the run owed
             logger.exception("run %s: could not record its outcome", state.run_id)
             reply = state.reply
@@ -411,14 +432,17 @@ class RunManager:
         """A stop for the chat's active run ``run_id``, which this process does not
         execute. If another process does, ask it (False: wait for the run to end, see
         `wait_ended`); else store what its checkpoint holds as stopped (True)."""
-        if self.cluster is not None:
-            await self.chats.request_stop(chat.id, run_id)
-            if not await self.cluster.claim(run_id, chat.id, self._next_epoch()):
-                await self.cluster.request_stop(run_id)
-                return False
-        await self.stop_orphan(chat, run_id)
-        if self.cluster is not None:
-            await self.cluster.release(run_id)
+        if self.cluster is None:
+            await self.stop_orphan(chat, run_id)
+            return True
+        await self.chats.request_stop(chat.id, run_id)
+        epoch = self._next_epoch()
+        if not await self.cluster.claim(run_id, chat.id, epoch):
+            await self.cluster.request_stop(run_id)
+            return False
+        with self._fenced(run_id, epoch):
+            await self.stop_orphan(chat, run_id)
+        await self.cluster.release(run_id, epoch)
         return True
 
     async def wait_ended(self, chat_id: str, run_id: str) -> None:
@@ -493,10 +517,11 @@ class RunManager:
         epoch = self._next_epoch()
         if self.cluster is not None and not await self.cluster.claim(run_id, chat_id, epoch):
             return 0  # another process was quicker
-        state = await self._recover_one(chat, run_id, epoch)
+        with self._fenced(run_id, epoch):
+            state = await self._recover_one(chat, run_id, epoch)
         if state is None:
             if self.cluster is not None:
-                await self.cluster.release(run_id)
+                await self.cluster.release(run_id, epoch)
             return 0
         if self.cluster is not None:
             await publish_start(self.cluster, state)
@@ -559,7 +584,7 @@ class RunManager:
             return
         try:
             await self.cluster.flush()
-            await self.cluster.release(state.run_id)
+            await self.cluster.release(state.run_id, state.epoch)
         except Exception:  # the lease expires by itself; the next owner finds the run done
             logger.exception("run %s: could not release its lease", state.run_id)
 
