@@ -6,10 +6,12 @@ so an element or attribute outside the allow-list fails wherever it appears.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from xml.etree.ElementTree import Element, SubElement
 
 import pytest
+from latex2mathml.converter import convert_to_element
 from webhelpers import Node, parse_html
 
 import webapp.web.markdown as markdown_module
@@ -64,10 +66,13 @@ def assert_only_safe_mathml(root: Node) -> None:
 
 @pytest.fixture(autouse=True)
 def fresh_cache() -> Iterator[None]:
-    """Conversions are cached per process; a test that swaps the converter must not leak."""
-    markdown_module._to_mathml.cache_clear()
+    """Conversions and pages are cached per process; a test that swaps the converter
+    must not leak, nor see another's result."""
+    for cache in (markdown_module._to_mathml, markdown_module._render):
+        cache.cache_clear()
     yield
-    markdown_module._to_mathml.cache_clear()
+    for cache in (markdown_module._to_mathml, markdown_module._render):
+        cache.cache_clear()
 
 
 # --- what becomes math ---------------------------------------------------------------
@@ -364,3 +369,170 @@ def test_everything_latex2mathml_emits_is_filtered_through_the_allow_list(
     assert space.attrs == {"width": "1em"}
     assert plain.attrs == {}  # a value that is not a plain word is dropped
     assert "alert(1)" in math.text()  # the script's text survives only as text
+
+
+# --- bounds on what a formula draws (issue 22) ------------------------------------------
+#
+# Each attribute alone was capped, but nested ones compound: \raise inside \raise
+# lifted text over the message before the reply, ten \Huge made a reply 6,600 px tall.
+# Down every path of the tree the font may grow at most 4 times (or shrink to 1/4),
+# and offsets and sizes add up to at most 5em vertically and 10em horizontally, in em
+# of the reply's font (test_math_contained.py checks the same in Chromium).
+
+MAX_SCALE, MIN_SCALE, VERTICAL_EM, HORIZONTAL_EM = 4.0, 0.25, 5.0, 10.0
+VERTICAL = ("voffset", "height", "depth", "linethickness", "rowspacing")
+HORIZONTAL = ("width", "lspace", "rspace", "columnspacing")
+EM_PER = {"em": 1.0, "ex": 0.5, "pt": 1 / 12, "px": 1 / 16, "": 0.0}
+
+
+def em(value: str) -> float:
+    """The largest length in an attribute value, in em (these tests only write these units)."""
+    lengths = [re.fullmatch(r"[+-]?(\d*\.?\d+)([a-z]*)", part) for part in value.split()]
+    assert all(lengths), f"not a length: {value!r}"
+    return max(float(m.group(1)) * EM_PER[m.group(2)] for m in lengths if m)
+
+
+def paths(node: Node, scale: float = 1.0, up: float = 0.0, across: float = 0.0):
+    """(font scale, vertical em, horizontal em) at every element, summed from the root."""
+    size = node.attrs.get("mathsize")
+    if size is not None:
+        scale *= float(size[:-1]) / 100 if size.endswith("%") else em(size)
+    stretch = max((em(node.attrs[n]) for n in ("minsize", "maxsize") if n in node.attrs), default=0)
+    up += scale * (stretch + sum(em(node.attrs[n]) for n in VERTICAL if n in node.attrs))
+    across += scale * sum(em(node.attrs[n]) for n in HORIZONTAL if n in node.attrs)
+    yield scale, up, across
+    for child in node.children:
+        if isinstance(child, Node):
+            yield from paths(child, scale, up, across)
+
+
+def assert_bounded(root: Node) -> None:
+    for math in maths(root):
+        for scale, up, across in paths(math):
+            assert MIN_SCALE <= scale <= MAX_SCALE, scale
+            assert up <= VERTICAL_EM + 1e-9 and across <= HORIZONTAL_EM + 1e-9, (up, across)
+
+
+def kept(root: Node, name: str) -> list[str]:
+    return [n.attrs[name] or "" for n in only_math(root).iter() if name in n.attrs]
+
+
+RAISE = r"\raise{%s}{%s}"
+
+
+@pytest.mark.parametrize(
+    "latex",
+    [
+        RAISE % ("19em", RAISE % ("19em", r"\text{SPOOFED TEXT}")),
+        r"\lower{19em}{\lower{19em}{\text{SUNK TEXT}}}",
+        "{}".join([r"\raise{1em}{"] * 10) + "x" + "}" * 10,
+        r"\raise{2em}{\lower{2em}{\raise{2em}{\lower{2em}{x}}}}",
+        r"\raise{1ex}{\raise{30pt}{\raise{40px}{x}}}",
+        r"\hspace{19em}\kern{19em}\mkern{300mu}x",
+        r"\raise{1em}{\hspace{9em}\raise{1em}{\hspace{9em}x}}",
+        r"\raise{4em}{\Bigg( x \Bigg)}",
+        r"\Huge\raise{3em}{\Huge\hspace{5em}x}",
+        r"\rule{19em}{19em} \rule{4em}{4em}",
+        r"\binom{a}{b} \genfrac(]{19em}{0}{a}{b}",
+    ],
+    ids=[
+        "raise-raise",
+        "lower-lower",
+        "ten-raises",
+        "raise-lower",
+        "mixed-units",
+        "hspace-kern",
+        "hspace-in-raises",
+        "bigg-in-raise",
+        "lengths-in-huge",
+        "rules",
+        "thick-fraction-line",
+    ],
+)
+def test_offsets_are_summed_down_the_tree_and_bounded(latex: str):
+    root = render(f"${latex}$")
+    assert not errors(root)
+    assert_bounded(root)
+    assert_only_safe_mathml(root)
+
+
+@pytest.mark.parametrize(
+    "latex",
+    [
+        r"\Huge" * 10 + " X",
+        r"{\Huge{\Huge{\Huge{\Huge Y}}}}",
+        r"\Huge x^{\Huge x^{\Huge x^{\Huge x}}}",
+        r"\Huge \frac{\Huge a}{\Huge\displaystyle \frac{\Huge b}{c}}",
+        r"\tiny" * 10 + " x",
+        r"\Huge\tiny\Huge\tiny\Huge\tiny\Huge x",
+    ],
+    ids=["ten-huge", "huge-groups", "huge-scripts", "huge-fractions", "ten-tiny", "seesaw"],
+)
+def test_sizes_are_multiplied_down_the_tree_and_bounded(latex: str):
+    root = render(f"${latex}$")
+    assert not errors(root)
+    assert_bounded(root)
+
+
+def test_what_fits_is_kept_and_only_what_would_overrun_is_dropped():
+    assert kept(render(r"$\Huge\Huge\Huge X$"), "mathsize") == ["2.49em"]
+    assert kept(render(r"$\tiny\tiny\tiny x$"), "mathsize") == ["0.5em", "0.5em"]
+    assert not kept(render(f"${RAISE % ('19em', RAISE % ('19em', 'x'))}$"), "voffset")
+    nested = render(f"${RAISE % ('2em', RAISE % ('2em', 'x'))}$")
+    assert kept(nested, "voffset") == ["2em"] and kept(nested, "height") == ["+2em"]
+    # Side by side is not nested: spaces next to each other each have the whole room.
+    assert kept(render(r"$a\quad b\hspace{9em}c\hspace{9em}d$"), "width") == ["1em", "9em", "9em"]
+
+
+@pytest.mark.parametrize(
+    "latex",
+    [
+        r"\int_0^1 f(x)\,dx \quad \Bigl( \frac{a}{b} \Bigr) \qquad \big[ x \big]",
+        r"\raise{0.5em}{x} \lower{0.3em}{y} \hspace{1cm} \kern3pt z \! w \; v",
+        r"\Large A^{\small b} \scriptsize c \displaystyle \sum_{i=1}^{n} i \textstyle \frac12",
+        r"\binom{n}{k} \dbinom{n}{k} \begin{smallmatrix} a & b \\ c & d \end{smallmatrix}",
+        r"\begin{align} a &= b \\ c &= d \end{align}",
+        r"\mathrlap{x} \hphantom{y} \vphantom{\frac{a}{b}} \LaTeX",
+        r"\xrightarrow{f} \overset{!}{=} \underbrace{a+b}_{2}",
+    ],
+)
+def test_ordinary_math_keeps_every_attribute_the_converter_gave_it(latex: str):
+    """Sizes and spaces real formulas use are written exactly as latex2mathml made them."""
+    converted = convert_to_element(latex, display="block")
+    expected = [
+        {name: value for name, value in element.attrib.items() if name in SAFE_ATTRIBUTES}
+        for element in converted.iter()
+    ][1:]  # the <math> itself is written by render_markdown
+    root = render(f"$${latex}$$")
+    assert not errors(root)
+    assert [node.attrs for node in only_math(root).iter()] == expected
+
+
+def test_attributes_no_bound_can_be_put_on_are_dropped(monkeypatch: pytest.MonkeyPatch):
+    """A hand-made tree: a relative script level, sizes in units that are not relative to
+    the font or are relative to the content ("2width", "900%"), and scripts that set
+    their own mathsize, which skips the browser's shrinking of scripts."""
+
+    def tree(latex: str, display: str = "inline") -> Element:
+        math = Element("math")
+        style = SubElement(math, "mstyle", {"scriptlevel": "-5", "mathsize": "50px"})
+        padded = SubElement(style, "mpadded", {"width": "2width", "voffset": "900%"})
+        node = SubElement(padded, "mstyle", {"mathsize": "200%"})
+        for _ in range(8):
+            script = SubElement(node, "msup")
+            SubElement(script, "mi").text = "b"
+            # Full size where the browser would set it 0.71 times smaller, then back to
+            # script level 0: that is 1/0.71 = 1.41 times larger than its parent.
+            node = SubElement(SubElement(script, "mstyle", {"mathsize": "1em"}), "mstyle")
+            node.set("scriptlevel", "0")
+        SubElement(node, "mi").text = "x"
+        return math
+
+    monkeypatch.setattr(markdown_module, "convert_to_element", tree)
+    root = render("$anything$")
+    style, padded, double = list(only_math(root).iter())[:3]
+    assert style.attrs == {} and padded.attrs == {}
+    assert double.attrs == {"mathsize": "200%"}
+    # 2 x 1.41 x 1.41 is 3.98: two such scripts fit in 4 times, a third would not.
+    assert 1 + 2 >= len(kept(root, "mathsize")) >= 1
+    assert kept(root, "scriptlevel") == ["0"] * 8

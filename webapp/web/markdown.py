@@ -13,7 +13,10 @@ named for the attack it stops:
   the converter's string: that string un-escapes text, so ``\\text{<script>}``
   would come out as a real tag, and ``\\href``, ``\\style`` and ``\\class`` would
   carry attributes. Only allow-listed MathML elements and attributes survive,
-  and every text is escaped.
+  and every text is escaped; their sizes and offsets are bounded along each path
+  of the tree, so nested ``\\raise`` or ``\\Huge`` cannot draw over an earlier
+  message or make a reply thousands of pixels tall (the stylesheet clips what
+  still leaves the reply).
 Every link gets ``rel="noopener noreferrer nofollow"``. Math needs no script
 (MathML is laid out by the browser), and a formula that cannot be converted,
 or would cost too much, is shown as code, never as an error.
@@ -25,6 +28,7 @@ import functools
 import html
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from xml.etree.ElementTree import Element
 
 from latex2mathml.converter import convert_to_element
@@ -153,12 +157,45 @@ _MATH_ATTRIBUTES = frozenset({
 })  # fmt: skip
 _MATH_VALUE = re.compile(r"[A-Za-z0-9 .+%-]{1,64}")
 _NUMBER = re.compile(r"\d*\.?\d+")
+# Each attribute can be sane alone and still compound with its ancestors': sizes
+# multiply down the tree (ten nested \Huge make a letter 9,000 times larger) and
+# offsets add up (\raise inside \raise lifts text over the message before the reply).
+# So the writer carries, down each path of the tree, how large the font may be there
+# and how much room for offsets is left, in em of the reply's own font, and drops an
+# attribute that would go past either (the element is then laid out without it).
+_MATH_MAX_SCALE = 4.0  # \Huge alone is 2.49; \Huge\Huge would be 6.2
+_MATH_MIN_SCALE = 0.25  # \tiny is 0.5; smaller is unreadable
+_MATH_MAX_VERTICAL_EM = 5.0  # \Bigg is 2.47em; a strut or \raise rarely 1em
+_MATH_MAX_HORIZONTAL_EM = 10.0  # \qquad is 2em, \hspace{3cm} 7em
+# Lengths that move or size something, and the direction they do it in.
+_VERTICAL, _HORIZONTAL = ("vertical",), ("horizontal",)
+_MATH_LENGTHS = {
+    "voffset": _VERTICAL, "height": _VERTICAL, "depth": _VERTICAL, "minsize": _VERTICAL,
+    "maxsize": _VERTICAL, "linethickness": _VERTICAL, "rowspacing": _VERTICAL,
+    "width": _HORIZONTAL, "lspace": _HORIZONTAL, "rspace": _HORIZONTAL,
+    "columnspacing": _HORIZONTAL, "framespacing": _VERTICAL + _HORIZONTAL,
+}  # fmt: skip
+_LENGTH = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([a-z]*)")
+# Em per unit; the font-relative ones scale with the font size where they stand.
+_RELATIVE_EM = {"em": 1.0, "ex": 0.5, "mu": 1 / 18}
+_ABSOLUTE_EM = {"px": 1 / 16, "pt": 1 / 12, "pc": 1.0, "in": 6.0, "cm": 6 / 2.54, "mm": 0.6 / 2.54}
+# MathML 3's named spaces, from 1/18em to 7/18em (browsers now ignore them).
+_NAMED_SPACE = re.compile(r"(?:negative)?(?:very){0,2}(?:thin|medium|thick)mathspace")
+_SIZE = re.compile(r"(\d+\.?\d*|\.\d+)(em|%)")
+# TeX's three sizes (\displaystyle and \textstyle, \scriptstyle, \scriptscriptstyle).
+# A relative "-3" would enlarge the text by 0.71^-3 for each element carrying it.
+_SCRIPT_LEVELS = frozenset({"0", "1", "2"})
+# The browser sets these children a script level smaller (MathML Core's user agent
+# stylesheet); an element there that sets its own mathsize skips that step, and a
+# \displaystyle inside it then enlarges the text by 1/0.71 (about 1.41) per level.
+_SCRIPTED = frozenset({"msub", "msup", "msubsup", "mmultiscripts", "munder", "mover", "munderover"})
+_SCRIPT_GROWTH = 1.5  # 1/0.71 rounded up: fonts shrink scripts to 70-71%
 # Elements deep. Real formulas stay far below (a ten-level continued fraction is
 # about 30); the converter can nest nearly a thousand, which a browser's parser
 # would flatten and a recursive writer would choke on.
 _MATH_MAX_DEPTH = 64
-# Lengths (em, pt, ...) above this are dropped: "\hspace{99999em}" would push the
-# page sideways, and no real formula needs that much space.
+# Any other number above this is dropped (a rowspan of 99999 would be a huge table);
+# lengths and sizes are bounded by _Room below.
 _MATH_MAX_LENGTH = 20.0
 _CLOSERS = {"$": "$", "$$": "$$", "\\(": "\\)", "\\[": "\\]"}
 _MATH_ERROR_TITLE = "This formula could not be typeset"
@@ -269,34 +306,120 @@ def _bracket_block(state: StateBlock, start_line: int, end_line: int, silent: bo
     return True
 
 
-def _math_attributes(element: Element) -> str:
+@dataclass(frozen=True)
+class _Room:
+    """What an element's attributes may still do, in em of the reply's font size."""
+
+    scale: float = 1.0  # the largest the font can be here
+    sizes: float = 1.0  # the product of the mathsize factors down to here
+    vertical: float = _MATH_MAX_VERTICAL_EM
+    horizontal: float = _MATH_MAX_HORIZONTAL_EM
+
+
+def _script_steps(parent: str, index: int) -> int:
+    """How many script levels smaller the browser makes the child at ``index``."""
+    if parent == "mroot" and index == 1:
+        return 2
+    return 1 if parent == "mfrac" or (parent in _SCRIPTED and index > 0) else 0
+
+
+def _length_em(value: str, scale: float) -> float | None:
+    """The largest length in ``value`` (one, or a list for tables) in em of the reply's
+    font; None for anything else: a percentage or MathML 3's "1width" would be relative
+    to the content's own size, which cannot be bounded here (browsers ignore them)."""
+    largest = 0.0
+    for part in value.lower().split():
+        found = _LENGTH.fullmatch(part)
+        if _NAMED_SPACE.fullmatch(part):
+            amount = 7 / 18 * scale
+        elif found is None:
+            return None
+        elif found.group(2) in _RELATIVE_EM:
+            amount = float(found.group(1)) * _RELATIVE_EM[found.group(2)] * scale
+        elif found.group(2) in _ABSOLUTE_EM:
+            amount = float(found.group(1)) * _ABSOLUTE_EM[found.group(2)]
+        elif found.group(2) == "" and float(found.group(1)) == 0:
+            amount = 0.0
+        else:
+            return None
+        largest = max(largest, amount)
+    return largest
+
+
+def _resized(room: _Room, attributes: dict[str, str], steps: int) -> _Room:
+    """``room`` inside an element with these attributes; removes from ``attributes`` a
+    mathsize that would make the font too large or too small there, and a scriptlevel
+    that is not one of TeX's three."""
+    level = attributes.get("scriptlevel")
+    if level is not None and level not in _SCRIPT_LEVELS:
+        del attributes["scriptlevel"]
+    elif level is not None:
+        steps += int(level)  # what a mathsize on the same element would skip too
+    size = attributes.get("mathsize")
+    if size is None:
+        return room
+    found = _SIZE.fullmatch(size.lower())
+    factor = float(found.group(1)) / (100 if found.group(2) == "%" else 1) if found else 0.0
+    scale = room.scale * factor * _SCRIPT_GROWTH**steps
+    sizes = room.sizes * factor
+    if sizes < _MATH_MIN_SCALE or scale > _MATH_MAX_SCALE:
+        del attributes["mathsize"]
+        return room
+    return replace(room, scale=scale, sizes=sizes)
+
+
+def _math_attributes(element: Element, room: _Room, steps: int) -> tuple[str, _Room]:
+    """The element's allow-listed attributes, and the room left for its children."""
+    attributes = {
+        name: value
+        for name, value in element.attrib.items()
+        if name in _MATH_ATTRIBUTES and _MATH_VALUE.fullmatch(value)
+    }
+    room = _resized(room, attributes, steps)
     kept = []
-    for name, value in element.attrib.items():
-        if name not in _MATH_ATTRIBUTES or not _MATH_VALUE.fullmatch(value):
-            continue
-        if any(float(number) > _MATH_MAX_LENGTH for number in _NUMBER.findall(value)):
+    stretch = 0.0  # minsize and maxsize bound the same extent: only the larger counts
+    for name, value in attributes.items():
+        axes = _MATH_LENGTHS.get(name)
+        if axes is not None:
+            amount = _length_em(value, room.scale)
+            if amount is None:
+                continue
+            cost = max(0.0, amount - stretch) if name in ("minsize", "maxsize") else amount
+            if any(cost > getattr(room, axis) for axis in axes):
+                continue
+            if name in ("minsize", "maxsize"):
+                stretch = max(stretch, amount)
+            room = replace(room, **{axis: getattr(room, axis) - cost for axis in axes})
+        elif name != "mathsize" and any(
+            float(number) > _MATH_MAX_LENGTH for number in _NUMBER.findall(value)
+        ):
             continue
         kept.append(f' {name}="{escape(value)}"')
-    return "".join(kept)
+    return "".join(kept), room
 
 
-def _write_mathml(element: Element, out: list[str], depth: int = 1) -> None:
+def _write_mathml(
+    element: Element, out: list[str], room: _Room, depth: int = 1, steps: int = 0
+) -> None:
     """Append ``element`` as allow-listed MathML with every text escaped.
 
     The converter stores characters as references ("&#x0211D;") in its text and
     leaves the user's text raw, so text is unescaped once and escaped again.
+    ``room`` is what is left to the element from its ancestors, ``steps`` the script
+    levels its parent takes it down.
     """
     if depth > _MATH_MAX_DEPTH:
         raise ValueError(f"formula nested more than {_MATH_MAX_DEPTH} elements deep")
     tag = element.tag if element.tag in _MATH_ELEMENTS else "mrow"
-    out.append(f"<{tag}{_math_attributes(element)}>")
+    attributes, inner = _math_attributes(element, room, steps)
+    out.append(f"<{tag}{attributes}>")
     if element.text:
         text = html.unescape(element.text)
         if tag != "mtext" and _COMMAND.fullmatch(text):
             raise ValueError(f"latex2mathml does not know the command {text}")
         out.append(str(escape(text)))
-    for child in element:
-        _write_mathml(child, out, depth + 1)
+    for index, child in enumerate(element):
+        _write_mathml(child, out, inner, depth + 1, _script_steps(tag, index))
     out.append(f"</{tag}>")
     if element.tail:
         out.append(str(escape(html.unescape(element.tail))))
@@ -312,7 +435,7 @@ def _to_mathml(latex: str, display: bool) -> str | None:
     out = [f'<math display="{mode}">']
     try:
         for child in convert_to_element(latex, display=mode):
-            _write_mathml(child, out)
+            _write_mathml(child, out, _Room())
     except Exception:  # noqa: BLE001 -- any failure means "show the source instead"
         # Malformed LaTeX surfaces as many exception types: latex2mathml's own,
         # StopIteration, IndexError, RecursionError for deep nesting...
