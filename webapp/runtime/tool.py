@@ -40,6 +40,8 @@ class Tool:
     parameters: dict[str, Any]
     function: Callable[..., Any]
     takes_context: bool = False
+    approval: Literal["allow", "ask"] = "allow"
+    rerunnable: bool = True
 
     @property
     def spec(self) -> ToolSpec:
