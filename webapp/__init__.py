@@ -5,6 +5,7 @@ Layers, lowest first: transcript -> stores -> runtime -> models -> web.
 
 from webapp.errors import GuardrailTripped, UserError
 from webapp.runtime.agent import Agent, RunHooks
+from webapp.runtime.approvals import record_decisions
 from webapp.runtime.context_policy import ContextPolicy, FileResultStore
 from webapp.runtime.options import CheckpointOptions
 from webapp.runtime.result import RunResult
@@ -37,6 +38,7 @@ __all__ = [
     "Session",
     "Usage",
     "UserError",
+    "record_decisions",
     "tool",
 ]
 

@@ -1,8 +1,10 @@
 """Events a streamed run emits, in order; exactly one terminal event ends a stream.
 
-RunCompleted, RunFailed and RunCancelled are terminal. RunCancelled carries the
-run's finished entries plus the partial assistant text already streamed in the
-interrupted turn, so a caller can keep what the user saw.
+RunCompleted, RunFailed, RunCancelled and RunPaused are terminal. RunCancelled
+carries the run's finished entries plus the partial assistant text already
+streamed in the interrupted turn, so a caller can keep what the user saw.
+RunPaused ends a run whose tool calls wait for the user's decision: the run is
+durable as interrupted and nothing waits in memory (`webapp.runtime.approvals`).
 """
 
 from __future__ import annotations
@@ -70,7 +72,22 @@ class RunCancelled:
     entries: list[Entry] = field(default_factory=list)
 
 
-TerminalEvent = Union[RunCompleted, RunFailed, RunCancelled]
+@dataclass(frozen=True)
+class PendingApproval:
+    """A call waiting for the user; ``may_have_run``: a crash cut it short, it may
+    have had its effect already."""
+
+    call: ToolCallEntry
+    may_have_run: bool = False
+
+
+@dataclass(frozen=True)
+class RunPaused:
+    pending: list[PendingApproval]
+    entries: list[Entry] = field(default_factory=list)
+
+
+TerminalEvent = Union[RunCompleted, RunFailed, RunCancelled, RunPaused]
 Event = Union[
     RunStarted,
     TextDelta,
@@ -82,5 +99,6 @@ Event = Union[
     RunCompleted,
     RunFailed,
     RunCancelled,
+    RunPaused,
 ]
-TERMINAL_EVENTS = (RunCompleted, RunFailed, RunCancelled)
+TERMINAL_EVENTS = (RunCompleted, RunFailed, RunCancelled, RunPaused)

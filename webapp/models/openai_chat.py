@@ -15,6 +15,13 @@ honours Retry-After. That can only happen before the first token, because
 a status arrives before the body; once text has streamed, replaying the call
 would show the user the same words twice, so mid-stream failures are final.
 
+No other retry exists. The client is a plain `httpx.AsyncClient` on httpx's
+own transport, which retries nothing once a request is on its way (see
+`_http`): a connection that drops after the request was sent -- a reused
+keep-alive one included -- is a failure naming the endpoint, since the
+endpoint may have received the request and started a generation that a
+resend would pay for twice.
+
 Cancelling the consuming task closes the HTTP response (and with it the
 connection, since the body was not read to the end), which is how an
 OpenAI-compatible server learns to stop generating.
@@ -35,7 +42,6 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from webapp.errors import ModelError
-from webapp.models import asyncio_network
 from webapp.models.chat_request import (
     PREFILL_REFUSED,
     Continuation,
@@ -152,8 +158,17 @@ class OpenAIChatModel:
             # Every connection stays open for the next request: one chat per
             # connection streams at a time, and a new one costs a handshake.
             limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
-            self._client = asyncio_network.client(
-                timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout), limits=limits
+            # httpx's own transport, on purpose: trust_env mounts the proxies that
+            # HTTP(S)_PROXY / ALL_PROXY / NO_PROXY name and reads SSL_CERT_FILE and
+            # SSL_CERT_DIR. It never sends a request twice: its `retries` (0 by
+            # default, left so) repeat only a failed connect, and httpcore 1.0's pool
+            # moves a request to another connection only on ConnectionNotAvailable,
+            # raised before a byte of it is written (httpcore/_async/http11.py); an
+            # idle connection the server has closed is dropped before reuse.
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
+                limits=limits,
+                trust_env=True,
             )
             self._client_loop = loop
         return self._client
@@ -162,10 +177,12 @@ class OpenAIChatModel:
         body, instead = self._bodies(request)
         attempt, asking = 0, False
         while True:
+            answered = False  # the response's head arrived: a failure now is mid-response
             try:
                 async with self._http().stream(
                     "POST", self._endpoint_url, json=body, headers=self._request_headers()
                 ) as response:
+                    answered = True
                     if response.status_code < 400:
                         self._prefill_refused |= asking  # remembered only once asking works
                         async for part in self._read_stream(response):
@@ -175,7 +192,8 @@ class OpenAIChatModel:
                     wait = self._retry_wait(response, attempt)
                     refused = instead is not None and response.status_code in PREFILL_REFUSED
             except httpx.HTTPError as exc:
-                raise self._transport_error(exc) from exc
+                # Final, whatever the error: only an HTTP status is retried (below).
+                raise self._transport_error(exc, answered) from exc
             if refused and instead is not None:
                 logger.info(
                     "continuing by prefill was refused (%s); asking the model instead", error
@@ -235,10 +253,9 @@ class OpenAIChatModel:
                 "stream; check --base-url (OpenAI-compatible servers usually end in /v1)"
             )
         state, lines = StreamState(), SSELines()
-        plain = "content-encoding" not in response.headers  # nothing to decode: a layer less
-        # The body's own stream when nothing needs decoding: `aiter_raw` would add a
-        # generator around each chunk and count its bytes.
-        pieces = aiter(response.stream) if plain else response.aiter_bytes()  # type: ignore[arg-type]
+        # Bytes, decoded by httpx if the server compressed them, as they arrive: the
+        # lines are split here (SSELines says why not `aiter_lines`).
+        pieces = response.aiter_bytes()
         size = 1  # lines at a time until the first part: it goes on before the rest is parsed
         async for piece in pieces:
             # One read holds as many chunks as arrived meanwhile (a fast model, a busy
@@ -351,7 +368,7 @@ class OpenAIChatModel:
         # through will refuse an early retry too: fail now, saying how long.
         return advised if advised <= self.max_retry_wait else None
 
-    def _transport_error(self, exc: httpx.HTTPError) -> ModelError:
+    def _transport_error(self, exc: httpx.HTTPError, answered: bool) -> ModelError:
         url = self.public_endpoint
         detail = self._redact(str(exc) or type(exc).__name__)
         if isinstance(exc, httpx.ConnectTimeout):
@@ -363,8 +380,12 @@ class OpenAIChatModel:
         elif isinstance(exc, httpx.ReadTimeout):
             text = f"the model endpoint {url} stalled: no data for {self.timeout:g} s "
             text += "(read timeout); the server may be overloaded -- try again"
-        elif isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
-            text = f"the connection to the model endpoint {url} broke mid-response ({detail})"
+        elif isinstance(exc, (httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadError)):
+            if answered:
+                text = f"the connection to the model endpoint {url} broke mid-response ({detail})"
+            else:
+                text = f"the connection to the model endpoint {url} closed before its answer "
+                text += f"({detail}); the request may have reached it, so it was not sent again"
         elif isinstance(exc, (httpx.UnsupportedProtocol, httpx.InvalidURL)):
             text = f"the model endpoint URL {url} is not usable ({detail}); check --base-url"
         else:

@@ -42,3 +42,27 @@ class CheckpointOptions:
                     f"resume_from cannot be combined with if_run_exists={self.if_run_exists!r}; "
                     "use 'resume' or 'resume_only'"
                 )
+
+
+async def existing_snapshot(options: CheckpointOptions | None) -> RunSnapshot | None:
+    """The stored run the options continue, after ``if_run_exists`` had its say."""
+    if options is None:
+        return None
+    snapshot = options.resume_from or await options.checkpointer.load(options.run_id)
+    policy = options.if_run_exists
+    if snapshot is None:
+        if policy == "resume_only":
+            raise UserError(
+                f"no stored run {options.run_id!r} to resume; check the run_id or use "
+                "if_run_exists='resume' to start a new run"
+            )
+        return None
+    if policy == "fail":
+        raise UserError(
+            f"run {options.run_id!r} already exists ({snapshot.status}); generate a new "
+            "run_id, or pass if_run_exists='resume' or 'restart'"
+        )
+    if policy == "restart":
+        await options.checkpointer.delete(options.run_id)
+        return None
+    return snapshot

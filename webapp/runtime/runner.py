@@ -11,7 +11,8 @@ first token does not wait for a disk flush); the next save waits for it, and
 its failure fails the run there.
 
 A run with no input after an unfinished assistant reply continues that reply
-(see `webapp.runtime.continuation`).
+(see `webapp.runtime.continuation`). A call of a tool that asks for approval
+pauses the run (see `webapp.runtime.approvals`).
 
 On success the order is fixed: checkpoint completed, *then* session append. A
 run is never both "persisted as finished" and "still resumable"; a crash
@@ -28,23 +29,26 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from webapp.errors import UserError
 from webapp.events import (
     HandoffOccurred,
+    PendingApproval,
     ReasoningDelta,
     RunCancelled,
     RunCompleted,
     RunFailed,
+    RunPaused,
     RunStarted,
     TextDelta,
     ToolCallFinished,
     ToolCallStarted,
     TurnEnded,
 )
+from webapp.runtime import approvals
 from webapp.runtime.agent import Agent, RunHooks
 from webapp.runtime.continuation import continues_final, segment_meta
 from webapp.runtime.model import (
@@ -55,7 +59,7 @@ from webapp.runtime.model import (
     ToolCallPart,
     UsagePart,
 )
-from webapp.runtime.options import CheckpointOptions
+from webapp.runtime.options import CheckpointOptions, existing_snapshot
 from webapp.runtime.result import RunResult
 from webapp.runtime.run_handle import RunHandle
 from webapp.runtime.tool import RunContext, Tool
@@ -108,8 +112,12 @@ class Runner:
         checkpoint: CheckpointOptions | None = None,
         context: Any = None,
         max_turns: int = 20,
+        decisions: Mapping[str, str] | None = None,
     ) -> RunResult:
-        """Run to the end and return the result; raises the failed run's own exception."""
+        """Run to the end (or a pause) and return the result; raises the failed run's own
+        exception. ``decisions`` are recorded in the paused run first (`record_decisions`)."""
+        if decisions is not None:
+            await approvals.record_for_resume(checkpoint, decisions)
         handle = cls.stream(
             agent,
             input,
@@ -185,7 +193,7 @@ class _Run:
             self._check_arguments()
             # Both reads at once: a new run needs the history as soon as it knows it is new.
             snapshot, history = await asyncio.gather(
-                self._existing_snapshot(), self._load_history()
+                existing_snapshot(self.checkpoint), self._load_history()
             )
             if snapshot is not None and snapshot.status == "completed":
                 return await self._replay(snapshot)
@@ -194,9 +202,11 @@ class _Run:
                 await self._restore(snapshot)
             else:
                 await self._start()
-            await self._settle_dangling_calls()
-            output = await self._loop()
-            return await self._finish(output)
+            pending = await self._settle_dangling_calls()
+            outcome = pending or await self._loop()
+            if isinstance(outcome, list):
+                return await self._pause(outcome)
+            return await self._finish(outcome)
         except asyncio.CancelledError:
             if self.completed:  # too late to stop: the run is already durable as finished
                 return await self._finish_after_late_cancel()
@@ -209,6 +219,7 @@ class _Run:
 
     def _check_arguments(self) -> None:
         self._check_handoff_graph()
+        approvals.check_can_pause(self.entry_agent, self.checkpoint)
         if self.session is not None and not self.session_id:
             raise UserError("Runner got session= without session_id=; pass the conversation's id")
         if self.max_turns < 1:
@@ -234,29 +245,6 @@ class _Run:
                 f"{', '.join(map(repr, duplicated))}; a run cannot tell which one is active. "
                 "Give each agent a unique name (the same Agent object may appear more than once)"
             )
-
-    async def _existing_snapshot(self) -> RunSnapshot | None:
-        cp = self.checkpoint
-        if cp is None:
-            return None
-        snapshot = cp.resume_from or await cp.checkpointer.load(cp.run_id)
-        policy = cp.if_run_exists
-        if snapshot is None:
-            if policy == "resume_only":
-                raise UserError(
-                    f"no stored run {cp.run_id!r} to resume; check the run_id or use "
-                    "if_run_exists='resume' to start a new run"
-                )
-            return None
-        if policy == "fail":
-            raise UserError(
-                f"run {cp.run_id!r} already exists ({snapshot.status}); generate a new "
-                "run_id, or pass if_run_exists='resume' or 'restart'"
-            )
-        if policy == "restart":
-            await cp.checkpointer.delete(cp.run_id)
-            return None
-        return snapshot
 
     async def _start(self) -> None:
         new: list[Entry] = (
@@ -291,13 +279,12 @@ class _Run:
         self.emit(RunStarted(self.run_id, self.agent.name, True))
         await self._hook("on_run_start", self.ctx)
 
-    async def _settle_dangling_calls(self) -> None:
-        """A crash between a model turn and its tool results: run those calls again."""
-        calls = dangling_tool_calls(self.entries)
-        if calls:
-            await self._run_tools(calls)  # same turn number: head.turns was saved with them
+    async def _settle_dangling_calls(self) -> list[PendingApproval]:
+        """Calls a crash or a pause left without a result: run, decline or hold each."""
+        calls = dangling_tool_calls(self.entries)  # same turn: head.turns was saved with them
+        return await approvals.settle(self, self._tools(), calls)
 
-    async def _loop(self) -> str:
+    async def _loop(self) -> str | list[PendingApproval]:
         while True:
             if self.head.turns >= self.max_turns:
                 raise UserError(
@@ -308,8 +295,10 @@ class _Run:
             if isinstance(step, FinalOutput):
                 self.emit(TurnEnded(self.head.turns))
                 return step.text
-            await self._run_tools(step.calls)
+            pending = await approvals.settle(self, self._tools(), step.calls)
             self.emit(TurnEnded(self.head.turns))
+            if pending:
+                return pending
 
     async def _model_turn(self) -> FinalOutput | RunAgain:
         model = self.agent.model
@@ -369,22 +358,28 @@ class _Run:
         """No guardrail or hook runs between a final answer and the completed save."""
         return not self.agent.output_guardrails and self.agent.hooks is None
 
-    async def _run_tools(self, calls: list[ToolCallEntry]) -> None:
-        tools = self._tools()
-        for call in calls:
-            self.emit(ToolCallStarted(call))
+    async def run_tool(
+        self,
+        tools: Mapping[str, Tool],
+        call: ToolCallEntry,
+        declined: ToolResultEntry | None = None,
+    ) -> None:
+        """One call, as `approvals.settle` decided; a declined one never ran: no hooks."""
+        self.emit(ToolCallStarted(call))
+        if declined is None:
             await self._hook("on_tool_start", self.ctx, call)
-            result = await self._invoke(tools, call)
-            policy = self.agent.context_policy
-            if policy is not None:
-                state = await policy.archive(self._session_key, result, self.head.context_state)
-                self.head = replace(self.head, context_state=state)
-            self._add([result])
-            await self._save()
+        result = declined or await self._invoke(tools, call)
+        policy = self.agent.context_policy
+        if policy is not None:
+            state = await policy.archive(self._session_key, result, self.head.context_state)
+            self.head = replace(self.head, context_state=state)
+        self._add([result])
+        await self._save()
+        if declined is None:
             await self._hook("on_tool_end", self.ctx, result)
-            self.emit(ToolCallFinished(result))
+        self.emit(ToolCallFinished(result))
 
-    async def _invoke(self, tools: dict[str, Tool], call: ToolCallEntry) -> ToolResultEntry:
+    async def _invoke(self, tools: Mapping[str, Tool], call: ToolCallEntry) -> ToolResultEntry:
         target = next((a for a in self.agent.handoffs if a.handoff_tool_name() == call.name), None)
         if target is not None:
             previous, self.agent = self.agent, target
@@ -415,6 +410,14 @@ class _Run:
         await self._persist_finished(self.entries, self.head)
         self.emit(RunCompleted(result))
         return result
+
+    async def _pause(self, pending: list[PendingApproval]) -> RunResult:
+        """Calls wait for the user: durable as interrupted, and no task waits (SPEC §11).
+        No hook or guardrail runs and the session is not appended: the run is unfinished."""
+        self.head = replace(self.head, status="interrupted")
+        await self._save()
+        self.emit(RunPaused(pending, list(self.entries)))
+        return replace(self._result("", self.finish_reason), interruptions=pending)
 
     async def _replay(self, snapshot: RunSnapshot) -> RunResult:
         """A completed run: no model, no hooks, no guardrails; the session append heals."""
@@ -479,6 +482,8 @@ class _Run:
         self.inflight_entries, self.unawaited = new, not wait
         if wait:
             await self._await_save()
+
+    save = _save  # what `approvals.settle` calls
 
     async def _await_earlier_save(self) -> None:
         """Saves stay in order, and an unawaited save's failure is raised here."""

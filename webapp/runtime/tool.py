@@ -13,12 +13,15 @@ import json
 import re
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from webapp.runtime.model import ToolSpec
 from webapp.transcript import ToolCallEntry, ToolResultEntry
 from webapp.usage import Usage
+
+Approval = Literal["allow", "ask"]
+APPROVALS = ("allow", "ask")
 
 
 @dataclass
@@ -40,8 +43,12 @@ class Tool:
     parameters: dict[str, Any]
     function: Callable[..., Any]
     takes_context: bool = False
-    approval: Literal["allow", "ask"] = "allow"
-    rerunnable: bool = True
+    approval: Approval = "allow"
+    rerunnable: bool = True  # the seed's at-least-once default: a dangling call runs again
+
+    def __post_init__(self) -> None:
+        if self.approval not in APPROVALS:
+            raise ValueError(f"tool {self.name!r}: approval must be one of {APPROVALS}")
 
     @property
     def spec(self) -> ToolSpec:
@@ -61,11 +68,19 @@ class Tool:
         return ToolResultEntry(call.call_id, _to_text(value))
 
 
-def tool(function: Callable[..., Any] | None = None, *, name: str | None = None) -> Any:
-    """Decorator (bare or with ``name=``) turning a function into a `Tool`."""
+def tool(
+    function: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    approval: Approval = "allow",
+    rerunnable: bool = True,
+) -> Any:
+    """Decorator (bare or with ``name=``, ``approval=``, ``rerunnable=``) turning a
+    function into a `Tool`."""
 
     def wrap(fn: Callable[..., Any]) -> Tool:
-        return _build_tool(fn, name or fn.__name__)
+        built = _build_tool(fn, name or fn.__name__)
+        return replace(built, approval=approval, rerunnable=rerunnable)
 
     return wrap(function) if function is not None else wrap
 

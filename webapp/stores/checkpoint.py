@@ -31,6 +31,12 @@ class RunHead:
     session_id: str | None = None
     started_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
+    # Tool approval (webapp.runtime.approvals): the calls waiting for the user
+    # ({"call_id", "may_have_run"}), the user's decisions (call_id -> "allow" |
+    # "deny") and the calls of non-rerunnable tools that started (call ids).
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    decisions: dict[str, str] = field(default_factory=dict)
+    started: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.status not in RUN_STATUSES:
