@@ -40,8 +40,15 @@ class ToolCallEntry:
 @dataclass(frozen=True)
 class ToolResultEntry:
     call_id: str
-    output: str
+    output: str  # what the model reads
     is_error: bool = False
+    # Images the tool returned, as data: URLs, for the user to see (the model reads
+    # a placeholder in ``output``). Stored only when there are some.
+    images: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.images, tuple):  # read back from JSON as a list
+            object.__setattr__(self, "images", tuple(self.images))
 
 
 Entry = Union[UserEntry, AssistantEntry, ReasoningEntry, ToolCallEntry, ToolResultEntry]
@@ -63,7 +70,10 @@ def entry_to_dict(entry: Entry) -> dict[str, Any]:
         name = _NAMES[type(entry)]
     except KeyError:
         raise TypeError(f"not a transcript entry: {entry!r}") from None
-    return {"type": name, **asdict(entry)}
+    data = {"type": name, **asdict(entry)}
+    if not data.get("images", True):
+        del data["images"]  # absent means none: older readers and exports stay as they were
+    return data
 
 
 def entry_from_dict(data: dict[str, Any]) -> Entry:

@@ -269,7 +269,14 @@ def _entry(raw: object, where: str) -> Entry:
         entry = entry_from_dict(raw)
     except ValueError as exc:
         raise ChatFileError(f"{where}: {exc}") from None
+    if "images" in raw and not (
+        isinstance(raw["images"], list)
+        and all(isinstance(i, str) and i.startswith("data:image/") for i in raw["images"])
+    ):
+        raise ChatFileError(f"{where}.images: expected a list of data:image/ URLs.")
     for f in fields(entry):  # type: ignore[arg-type]
+        if f.name == "images":
+            continue
         value = getattr(entry, f.name)
         expected = bool if f.name == "is_error" else str
         if not isinstance(value, expected):
