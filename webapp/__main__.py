@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import ipaddress
 import logging
 import os
@@ -14,7 +12,6 @@ import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import FrameType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -237,23 +234,16 @@ def import_file(argv: Sequence[str]) -> int:
 
 
 def _serve(app: Starlette, host: str, port: int) -> None:
-    """Run ``app`` under uvicorn, telling it when a shutdown begins (SIGINT, SIGTERM):
-    its event streams end at once instead of holding the graceful shutdown for its
-    whole timeout, and the browsers reconnect to whichever process serves next."""
+    """Run ``app`` under uvicorn. At SIGINT/SIGTERM sse-starlette ends the open event
+    streams at once (it watches uvicorn's exit), so the graceful shutdown does not wait
+    its whole timeout on them, and the browsers reconnect to whichever process serves
+    next."""
     import uvicorn
-
-    stopping = app.state.web.stopping
-
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            with contextlib.suppress(RuntimeError):  # no loop running yet: nothing to end
-                asyncio.get_running_loop().call_soon_threadsafe(stopping.set)
-            super().handle_exit(sig, frame)
 
     config = uvicorn.Config(
         app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5
     )
-    Server(config).run()
+    uvicorn.Server(config).run()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
+import anyio
 import httpx
 import pytest
+from sse_starlette.sse import AppStatus
 from starlette.applications import Starlette
 from webhelpers import (
     MakeClient,
@@ -473,3 +475,134 @@ async def test_a_quiet_stream_sends_a_ping_comment(monkeypatch: pytest.MonkeyPat
     state.append(TEXT, "<span>b</span>")
     assert b"<span>b</span>" in await asyncio.wait_for(anext(events), 1)
     await events.aclose()
+
+
+# --- the response: sse-starlette's EventSourceResponse over the encoded events ---------
+
+GET = {"type": "http", "method": "GET", "headers": []}
+
+
+class Events:
+    """Yields ``first`` then waits forever (a live run with nothing new); knows if it was closed."""
+
+    def __init__(self, first: list[bytes], then_end: bool = False) -> None:
+        self.first, self.then_end, self.closed = first, then_end, False
+
+    async def __call__(self) -> AsyncIterator[bytes]:
+        try:
+            for chunk in self.first:
+                yield chunk
+            if not self.then_end:
+                await asyncio.Event().wait()
+        finally:
+            self.closed = True
+
+
+async def quiet_receive() -> dict[str, Any]:
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
+
+
+def bodies(sent: list[dict[str, Any]]) -> list[tuple[bytes, bool]]:
+    return [(m["body"], m["more_body"]) for m in sent if m["type"] == "http.response.body"]
+
+
+async def test_each_encoded_event_is_sent_unchanged_then_the_body_ends():
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    chunks = [sse.encode(TEXT, "<b>a</b>\nb", "e.1:1", sse.RETRY_MS), sse.PING]
+    events = Events(chunks, then_end=True)
+    await asyncio.wait_for(sse.response(events())(GET, quiet_receive, send), 2)
+    start = sent[0]
+    headers = dict(start["headers"])
+    assert start["status"] == 200
+    assert headers[b"content-type"] == b"text/event-stream; charset=utf-8"
+    assert headers[b"cache-control"] == b"no-store"
+    assert headers[b"x-accel-buffering"] == b"no"  # a proxy must not hold events back
+    assert bodies(sent) == [(chunks[0], True), (chunks[1], True), (b"", False)]
+    assert events.closed
+
+
+async def test_a_client_that_leaves_ends_the_stream_and_its_cleanup_runs():
+    left = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message.get("body") == b"a":
+            left.set()  # the client goes away after the first event
+
+    events = Events([b"a"])
+    await asyncio.wait_for(sse.response(events())(GET, receive, send), 2)
+    assert events.closed
+
+
+async def test_a_client_that_stops_reading_is_dropped_after_the_send_timeout(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    monkeypatch.setattr(sse, "SEND_TIMEOUT", 0.2)
+    sent: list[bytes] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            sent.append(message["body"])
+            if len(sent) == 2:
+                await asyncio.Event().wait()  # the socket is full: this send never returns
+
+    events = Events([b"a", b"b", b"c"])
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    caplog.set_level("INFO", logger="webapp.web.sse")
+    # Returns, without an error: a stuck client is routine, not a failure of the app.
+    await asyncio.wait_for(sse.response(events())(GET, quiet_receive, send), 2)
+    assert 0.2 <= loop.time() - start < 1.5
+    assert sent == [b"a", b"b"] and events.closed
+    assert "took no data" in caplog.text
+
+
+async def test_a_slow_reader_within_the_send_timeout_is_kept(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(sse, "SEND_TIMEOUT", 0.2)
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            await asyncio.sleep(0.05)  # slow, but it reads
+        sent.append(message)
+
+    events = Events([b"a", b"b", b"c"], then_end=True)
+    await asyncio.wait_for(sse.response(events())(GET, quiet_receive, send), 2)
+    assert bodies(sent) == [(b"a", True), (b"b", True), (b"c", True), (b"", False)]
+
+
+async def test_a_server_shutting_down_ends_a_quiet_live_stream_cleanly(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    state = RunState("c", "r", "e.1", "hi", ReplyView("r"))
+    state.append(TEXT, "<span>a</span>")
+    sent: list[dict[str, Any]] = []
+    streaming = asyncio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        if message["type"] == "http.response.body":
+            streaming.set()
+
+    shutdown = anyio.Event()
+    events = sse.stream(cast(RunManager, None), state, "e.1", 0, shutdown)
+    response = asyncio.ensure_future(sse.response(events, shutdown)(GET, quiet_receive, send))
+    await asyncio.wait_for(streaming.wait(), 2)  # live, and now waiting for more (15 s ping)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    # What sse-starlette's signal handling sets when uvicorn begins to shut down.
+    monkeypatch.setattr(AppStatus, "should_exit", True)
+    await asyncio.wait_for(response, 3)
+    assert loop.time() - began < 1.5  # its watcher looks twice a second
+    assert shutdown.is_set() and not state.finished
+    # The body ends properly: the browser's EventSource reconnects, it does not see an error.
+    [(first, _), end] = bodies(sent)
+    assert b"<span>a</span>" in first and end == (b"", False)

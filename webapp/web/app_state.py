@@ -6,9 +6,8 @@ patched afterwards.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from starlette.requests import Request
 
@@ -34,8 +33,6 @@ class WebApp:
     keeper: LeaseKeeper | None  # with other processes on PostgreSQL (webapp.web.live.cluster)
     max_message_chars: int
     model_description: str
-    # Set when the server begins to shut down: open event streams end at once.
-    stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def web(request: Request) -> WebApp:

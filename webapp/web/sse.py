@@ -21,9 +21,17 @@ Deliberate divergences from a plain event stream:
    gets 204, which tells the browser not to reconnect again.
 3. At a model's pace there is one event per token per client, so events are
    encoded here (`encode`, the stream format's fields in one f-string) and
-   sent by `webapp.web.event_stream`, which does nothing per event but send
-   it. The stream itself says when it has been quiet (a ``ping`` comment)
-   rather than a timer per connection.
+   handed to sse-starlette's ``EventSourceResponse`` as bytes, which it sends
+   unchanged. Its own ``ping`` is off: the stream says when it has been quiet
+   (a ``ping`` comment, `PING_SECONDS`), so a busy stream sends none and a
+   connection has no timer task of its own. Client disconnects, stuck clients
+   (``send_timeout``), ``HEAD`` (headers, no body) and server shutdown are
+   sse-starlette's.
+4. At a graceful shutdown sse-starlette sets the stream's ``shutdown_event``
+   (it watches uvicorn's exit, however the server was started); the stream
+   then ends after the event it is sending, as a clean end of body rather
+   than a cut connection, within `SHUTDOWN_GRACE`. The browser reconnects at
+   once -- to whichever process serves next.
 """
 
 from __future__ import annotations
@@ -33,6 +41,11 @@ import logging
 import math
 import re
 from collections.abc import AsyncIterator
+
+import anyio
+from sse_starlette import EventSourceResponse
+from sse_starlette.sse import SendTimeoutError
+from starlette.types import Receive, Scope, Send
 
 from webapp.web.event_names import COALESCED, DONE, RESET
 from webapp.web.live.run_state import LogRecord, RunState
@@ -46,6 +59,7 @@ PING_SECONDS = 15.0  # a quiet stream sends a comment this often, so proxies kee
 PING = b": ping\r\n\r\n"
 BATCH_WINDOW = 0.03  # seconds: a stream sends at most one batch of deltas per window
 SEND_TIMEOUT = 30.0  # a client that takes no data for this long is dropped
+SHUTDOWN_GRACE = 1.0  # seconds a stream has to end by itself at shutdown before it is cut
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # each line of data gets its own "data:" field
 
 
@@ -89,15 +103,47 @@ def coalesce(records: list[LogRecord], start: int) -> list[tuple[str, str, int]]
     return out
 
 
+class RunStream(EventSourceResponse):
+    """sse-starlette's response, with a client dropped for not reading logged as routine."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except SendTimeoutError:
+            # sse-starlette has closed the stream's iterator; the socket is full, so
+            # the response cannot be ended cleanly either: uvicorn closes it.
+            logger.info("dropped a client that took no data for %g s", self.send_timeout)
+
+
+def response(events: AsyncIterator[bytes], shutdown: anyio.Event | None = None) -> RunStream:
+    """The stream ``events`` (encoded here) as sse-starlette sends it (divergences 3, 4)."""
+    return RunStream(
+        events,
+        ping=0,  # the stream sends its own, when quiet
+        send_timeout=SEND_TIMEOUT,
+        shutdown_event=shutdown,
+        shutdown_grace_period=SHUTDOWN_GRACE if shutdown is not None else 0,
+    )
+
+
 async def once(event: str, html: str) -> AsyncIterator[bytes]:
     """One event with no id (a stored reply is no position in a live log)."""
     yield encode(event, html, "", RETRY_MS).removeprefix(b"id: \r\n")
 
 
 async def stream(
-    runs: RunManager, state: RunState, epoch: str | None, seq: int
+    runs: RunManager,
+    state: RunState,
+    epoch: str | None,
+    seq: int,
+    shutdown: anyio.Event | None = None,
 ) -> AsyncIterator[bytes]:
-    """The run's log from position (``epoch``, ``seq``); a stale position gets a reset."""
+    """The run's log from position (``epoch``, ``seq``); a stale position gets a reset.
+
+    Ends, cleanly, once ``shutdown`` is set (sse-starlette sets it: divergence 4).
+    """
+    ending = shutdown if shutdown is not None else anyio.Event()  # never set: no shutdown
+    waker: asyncio.Task[None] | None = None
     try:
         if epoch != state.epoch or seq > state.seq:
             # Synchronous from here to the yield: the fragment is the reply at this position.
@@ -106,9 +152,11 @@ async def stream(
             yield encode(RESET, html, position, RETRY_MS)
             return
         loop = asyncio.get_running_loop()
+        if shutdown is not None:
+            waker = loop.create_task(_wake_at(shutdown, state))
         first = True
         sent_at = -math.inf  # when the last batch was taken from the log
-        while True:
+        while not ending.is_set():
             if state.seq > seq:
                 # At most one batch per window: deltas that arrive meanwhile go out as
                 # one event, which keeps the per-client cost flat however fast the
@@ -128,8 +176,19 @@ async def stream(
             if state.finished:
                 return  # an abandoned run (shutdown): the client reconnects elsewhere
             await state.wait_beyond(seq, PING_SECONDS)
-            if state.seq == seq and not state.finished:
+            if state.seq == seq and not state.finished and not ending.is_set():
                 yield PING
     except asyncio.CancelledError:
         logger.debug("client left run %s at %s", state.run_id, seq)
         raise
+    finally:
+        if waker is not None:
+            waker.cancel()
+
+
+async def _wake_at(shutdown: anyio.Event, state: RunState) -> None:
+    """Once ``shutdown`` is set, wake the stream waiting on ``state``'s log: it ends."""
+    await shutdown.wait()
+    # Wakes the run's other readers too; each sees its own event set (sse-starlette
+    # sets them all at one shutdown) or, a turn early, sends one ping and waits on.
+    state.append_nothing()

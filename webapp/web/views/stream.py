@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import anyio
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -10,7 +11,6 @@ from webapp.web import sse
 from webapp.web.app_state import web
 from webapp.web.chat_service import ShownReply
 from webapp.web.event_names import DONE
-from webapp.web.event_stream import EventStreamResponse
 
 
 async def events(request: Request) -> Response:
@@ -25,7 +25,7 @@ async def events(request: Request) -> Response:
         if not isinstance(stored, ShownReply):
             raise HTTPException(404, f"No run {run_id} in this chat.")
         html = app.fragments.final_reply(chat_id, stored.reply)
-        return EventStreamResponse(sse.once(DONE, html))
+        return sse.response(sse.once(DONE, html))
     if state.abandoned:
         # Shutting down with the run still owed: the browser retries, and the next
         # process (which resumes the run) answers with a reset.
@@ -36,5 +36,5 @@ async def events(request: Request) -> Response:
         await app.runs.catch_up(state, seq)
     if state.finished and epoch == state.epoch and seq >= state.seq:
         return Response(status_code=204)  # nothing left: tell the browser to stop
-    events = sse.stream(app.runs, state, epoch, seq)
-    return EventStreamResponse(events, send_timeout=sse.SEND_TIMEOUT, stopping=app.stopping)
+    shutdown = anyio.Event()  # sse-starlette sets it when the server shuts down
+    return sse.response(sse.stream(app.runs, state, epoch, seq, shutdown), shutdown)
