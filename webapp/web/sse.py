@@ -103,26 +103,37 @@ def coalesce(records: list[LogRecord], start: int) -> list[tuple[str, str, int]]
     return out
 
 
-class RunStream(EventSourceResponse):
-    """sse-starlette's response, with a client dropped for not reading logged as routine."""
+class RunStream:
+    """sse-starlette's response, with a client dropped for not reading logged as routine.
+
+    A wrapper, not a subclass: the response is the library's own, built by its
+    public constructor; this only catches the error it raises by design.
+    """
+
+    def __init__(self, response: EventSourceResponse) -> None:
+        self.response = response
+        self.headers = response.headers
+        self.status_code = response.status_code
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            await self.response(scope, receive, send)
         except SendTimeoutError:
             # sse-starlette has closed the stream's iterator; the socket is full, so
             # the response cannot be ended cleanly either: uvicorn closes it.
-            logger.info("dropped a client that took no data for %g s", self.send_timeout)
+            logger.info("dropped a client that took no data for %g s", SEND_TIMEOUT)
 
 
 def response(events: AsyncIterator[bytes], shutdown: anyio.Event | None = None) -> RunStream:
     """The stream ``events`` (encoded here) as sse-starlette sends it (divergences 3, 4)."""
     return RunStream(
-        events,
-        ping=0,  # the stream sends its own, when quiet
-        send_timeout=SEND_TIMEOUT,
-        shutdown_event=shutdown,
-        shutdown_grace_period=SHUTDOWN_GRACE if shutdown is not None else 0,
+        EventSourceResponse(
+            events,
+            ping=0,  # the stream sends its own, when quiet
+            send_timeout=SEND_TIMEOUT,
+            shutdown_event=shutdown,
+            shutdown_grace_period=SHUTDOWN_GRACE if shutdown is not None else 0,
+        )
     )
 
 

@@ -13,7 +13,7 @@ from webapp.web.chat_service import ShownReply
 from webapp.web.event_names import DONE
 
 
-async def events(request: Request) -> Response:
+async def events(request: Request) -> Response | sse.RunStream:
     """GET /chats/{chat_id}/runs/{run_id}/events: a run's log as SSE, from any position."""
     app = web(request)
     chat_id, run_id = request.path_params["chat_id"], request.path_params["run_id"]
