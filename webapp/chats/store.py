@@ -181,7 +181,7 @@ class ChatStore:
     """
 
     SCHEMA_NAME = "webapp_chats"
-    SCHEMA_VERSION = 6
+    SCHEMA_VERSION = 7
     SCHEMA_SQL = SQLITE_STORES + _SCHEMA + chat_tree.SCHEMA + chat_search.SCHEMA
     MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: "CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);",
@@ -193,10 +193,15 @@ class ChatStore:
         4: "CREATE INDEX IF NOT EXISTS chat_runs_by_parent ON chat_runs (chat_id, parent_run_id);",
         # A crash before a run's first checkpoint restarts it from its input.
         5: _RUN_INPUTS,
+        # Search keeps the text after a NUL, and no text holds the excerpt markers.
+        6: SQLITE_STORES + chat_search.REINDEX,
     }
     # PostgreSQL started with everything above but run_inputs (its own numbering).
-    POSTGRES_SCHEMA_VERSION = 2
-    POSTGRES_MIGRATIONS: ClassVar[Mapping[int, str]] = {1: _RUN_INPUTS}
+    POSTGRES_SCHEMA_VERSION = 3
+    POSTGRES_MIGRATIONS: ClassVar[Mapping[int, str]] = {
+        1: _RUN_INPUTS,
+        2: chat_search_pg.SCHEMA + chat_search_pg.REBUILD,  # no text holds the markers
+    }
     POSTGRES_SCHEMA_SQL = (
         POSTGRES_STORES
         + _SCHEMA.replace(" REAL ", " DOUBLE PRECISION ")
