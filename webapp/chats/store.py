@@ -126,6 +126,16 @@ class Page:
 
 
 @dataclass(frozen=True)
+class ShownRun:
+    """One run of the shown path: its segment, whether the path ends with it, and the
+    part of the tree its switchers need."""
+
+    segment: Segment
+    last: bool
+    tree: Tree
+
+
+@dataclass(frozen=True)
 class Begun:
     """A run's record, as its transaction left the chat: the chat's row (its active run
     and title set), and the latest page if one was asked for."""
@@ -410,6 +420,31 @@ class ChatStore:
         and the part of the tree they (and the runs ``also``) need; None when ``before``
         is not on the path. Reads one page, however long the chat."""
         return await self._store.read(lambda tx: _read_page(tx, chat_id, before, limit, also))
+
+    async def shown_run(self, chat_id: str, run_id: str) -> ShownRun | None:
+        """Run ``run_id`` if it is on the shown path (None if not): a few indexed reads,
+        however long the chat, so a lookup of an unknown id costs as little as a known."""
+
+        async def select(tx: Tx) -> ShownRun | None:
+            rows = list(
+                await tx.fetch(
+                    "SELECT seq, entry_count, entries_json, meta_json FROM session_segments "
+                    "WHERE session_id = ? AND run_id = ?",
+                    (chat_id, run_id),
+                )
+            )
+            if not rows:
+                return None
+            seq, count, entries_json, meta_json = rows[0]
+            later = await tx.fetch(
+                "SELECT 1 FROM session_segments WHERE session_id = ? AND seq > ? LIMIT 1",
+                (chat_id, seq),
+            )
+            stored = StoredSegment(run_id, int(count), str(entries_json), meta_json)
+            tree = await chat_tree.load_around(tx, chat_id, [run_id])
+            return ShownRun(stored.decode(chat_id), not list(later), tree)
+
+        return await self._store.read(select)
 
     async def tree_around(self, chat_id: str, run_ids: list[str]) -> Tree:
         """The runs ``run_ids`` and those beside them: enough for their switchers."""

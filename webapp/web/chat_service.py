@@ -49,6 +49,7 @@ from webapp.web.view_models import (
     ReplyView,
     UserView,
     items_from_segments,
+    render_replies,
     title_from_text,
 )
 
@@ -219,6 +220,7 @@ class ChatService:
             shown.append(page.tree.nodes[live.run_id])
         versions = page.tree.versions(shown)
         items = items_from_segments(segments, versions)
+        await render_replies(items)
         earlier = segments[0].run_id if page.earlier and segments else None
         if before is not None:  # an older page: its last reply is not the chat's last
             for item in items:
@@ -421,6 +423,7 @@ class ChatService:
             if state is not None and state.chat_id == chat_id and not state.abandoned:
                 await self.runs.stop(state)
                 position = None if state.finished else state.position
+                await render_replies([state.reply])
                 return ShownReply(chat, state.reply, position)
             elsewhere = chat.active_run_id == run_id and not await self.runs.stop_unowned(
                 chat, run_id
@@ -434,13 +437,20 @@ class ChatService:
         chat = await self.store.get(chat_id)
         if chat is None:
             return ChatNotFound()
-        # Nearly always a recent reply: the latest page first, the whole chat if need be.
-        for limit in (PAGE_RUNS, None):
-            conversation = await self.conversation(chat, limit=limit)
-            for item in conversation.items if conversation is not None else []:
-                if isinstance(item, ReplyView) and item.run_id == run_id:
-                    return ShownReply(chat, item, None)
-        return RunNotFound(chat)
+        # The run's own row, not the chat read until it turns up: an id that is not
+        # there costs the same few reads in a chat of any length.
+        found = await self.store.shown_run(chat_id, run_id)
+        node = found.tree.nodes.get(run_id) if found is not None else None
+        if found is None or node is None:
+            return RunNotFound(chat)
+        items = items_from_segments([found.segment], found.tree.versions([node]))
+        reply = next((i for i in items if isinstance(i, ReplyView)), None)
+        if reply is None:
+            return RunNotFound(chat)
+        # While a run is active its reply comes after this one, as on the page.
+        reply.last = found.last and chat.active_run_id is None
+        await render_replies([reply])
+        return ShownReply(chat, reply, None)
 
     async def rename(self, chat_id: str, title: str) -> RenameOutcome:
         """An empty title restores the automatic one (from the first message)."""
