@@ -395,10 +395,14 @@ class ChatService:
     async def export(self, chat_id: str) -> ChatFile | None:
         return await self.store.export(chat_id)
 
-    async def import_chat(self, data: bytes) -> Imported | BadChatFile:
-        """A new chat from an exported JSON file; nothing is written unless all of it is valid."""
+    async def import_chat(self, data: bytes, *, max_message_chars: int) -> Imported | BadChatFile:
+        """A new chat from an exported JSON file; nothing is written unless all of it is
+        valid. Reading 10 MB of JSON takes a second or more: it runs in a worker thread,
+        so the server goes on answering everyone else meanwhile."""
         try:
-            parsed = file_format.parse(data)
+            parsed = await asyncio.to_thread(
+                file_format.parse, data, max_message_chars=max_message_chars
+            )
         except ChatFileError as exc:
             return BadChatFile(str(exc))
         chat = await self.store.get(await self.store.import_chat(parsed))
