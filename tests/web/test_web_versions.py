@@ -304,3 +304,33 @@ async def test_chats_stored_before_versions_get_a_tree(
     assert switcher(replies(page)[0]) == ("2 / 2", True, False)
     await client.http.post(f"/chats/{chat.id}/switch", data={"run_id": "r-old"})
     assert await texts(client, chat.id) == [("user", "hi"), ("assistant", "old reply")]
+
+
+async def test_branch_titles_stay_within_the_title_limit(web_client_factory: MakeClient):
+    # A 200-character title gave a 209-character branch, then 218: over the limit, so
+    # the branch could be neither renamed to its own title nor exported and imported back.
+    client = await web_client_factory(model=ScriptedModel(["r1"]))
+    chat_id = await client.new_chat()
+    await exchange(client, chat_id, "one")
+    long = "word " * 39 + "last!"  # 200 characters
+    response = await client.http.post(f"/chats/{chat_id}/rename", data={"title": long})
+    assert response.status_code == 303
+    titles = []
+    for _ in range(2):
+        run_id = (await client.web.session.segments(chat_id))[0].run_id
+        response = await client.http.post(f"/chats/{chat_id}/runs/{run_id}/branch")
+        assert response.status_code == 303
+        chat_id = response.headers["location"].rsplit("/", 1)[1]
+        chat = await client.web.chats.get(chat_id)
+        assert chat is not None
+        titles.append(chat.title)
+    assert all(190 < len(t) <= 200 for t in titles)
+    assert titles[0] == long[:190].rstrip() + "… (branch)"
+    assert titles[1] == titles[0][:190].rstrip() + "… (branch)"
+    response = await client.http.post(f"/chats/{chat_id}/rename", data={"title": titles[1]})
+    assert response.status_code == 303
+    exported = await client.http.get(f"/chats/{chat_id}/export.json")
+    imported = await client.http.post(
+        "/chats/import", files={"file": ("c.json", exported.content, "application/json")}
+    )
+    assert imported.status_code == 303

@@ -34,6 +34,7 @@ from webapp.transcript import UserEntry
 from webapp.chats import file_format
 from webapp.chats.file_format import ChatFile, ChatFileError
 from webapp.chats.search import SearchHit
+from webapp.chats.text import shortened_title
 from webapp.chats.store import (
     AlreadySentError,
     Chat,
@@ -387,7 +388,9 @@ class ChatService:
             segments = await self.session.segments(chat_id)
             if not any(s.run_id == run_id for s in segments):
                 return RunNotFound(chat)
-            title = f"{chat.display_title} (branch)"
+            # The original's title is cut to make room: a branch of a branch of a long
+            # title stays within the limit, so it can be renamed and exported back.
+            title = shortened_title(chat.display_title, " (branch)")
             return Branched(await self.store.branch(chat_id, run_id, title))
 
     # --- files and search ------------------------------------------------------------------
