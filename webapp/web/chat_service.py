@@ -152,7 +152,7 @@ class BadChatFile:
 SendOutcome = Union[Started, AlreadySent, Busy, ChatNotFound]
 NewChatOutcome = Union[Started, AlreadySent]
 EditOutcome = Union[Started, Busy, ChatNotFound, MessageNotFound]
-RegenerateOutcome = Union[Started, Busy, ChatNotFound, NothingToRegenerate]
+RegenerateOutcome = Union[Started, Busy, ChatNotFound, MessageNotFound, NothingToRegenerate]
 ContinueOutcome = Union[Started, Busy, ChatNotFound, RunNotFound, CannotContinue]
 SwitchOutcome = Union[Switched, Busy, ChatNotFound, VersionNotFound]
 BranchOutcome = Union[Branched, Busy, ChatNotFound, RunNotFound]
@@ -304,6 +304,8 @@ class ChatService:
             segments = await self.session.segments(chat_id)
             if run_id is None and segments:
                 run_id = segments[-1].run_id
+            elif run_id is not None and not any(s.run_id == run_id for s in segments):
+                return MessageNotFound(chat)  # not shown (another version): as for an edit
             index = _input_index(segments, run_id) if run_id is not None else None
             if index is None or run_id is None:
                 return NothingToRegenerate(chat)
