@@ -68,6 +68,9 @@ class ReplyView:
     error: str | None = None
     live_run_id: str | None = None  # the run streaming into it, when that is a continuation
     cut_short: bool = False  # the model stopped at its output limit (finish_reason "length")
+    # It failed while the model was writing its text (the endpoint's stream was cut,
+    # say): the text shown is unfinished, and goes on as a stopped reply's would.
+    cut_off: bool = False
     versions: Versions | None = None  # set when the reply has more than one version
     last: bool = True  # the last reply on the page: the only one that can be continued
     html: Markup | None = None  # ``text`` as Markdown, when `render_replies` drew it
@@ -80,7 +83,11 @@ class ReplyView:
 
     @property
     def can_continue(self) -> bool:
-        cut = self.status == "stopped" or (self.status == "completed" and self.cut_short)
+        cut = (
+            self.status == "stopped"
+            or (self.status == "completed" and self.cut_short)
+            or (self.status == "failed" and self.cut_off)
+        )
         return cut and self.last
 
     def add_text(self, text: str, *, new_turn: bool) -> str:
@@ -171,6 +178,8 @@ def reply_from_entries(
             reply.finish_tool(entry)
     reply.text = TURN_SEPARATOR.join(texts)
     reply.reasoning = TURN_SEPARATOR.join(reasonings)
+    last = entries[-1] if entries else None
+    reply.cut_off = status == "failed" and isinstance(last, AssistantEntry) and bool(last.text)
     return reply
 
 
