@@ -37,7 +37,7 @@ from webapp.chats.db import POSTGRES_STORES, SQLITE_STORES, Tx, open_chat_db
 from webapp.chats.file_format import ChatFile
 from webapp.chats.search import SearchHit
 from webapp.chats.tree import Tree
-from webapp.chats.session_rows import append_segments, cut_segments, stored_segments
+from webapp.chats.session_rows import append_segments, cut_segments, shown_segment, stored_segments
 
 _RUN_INPUTS = """
 CREATE TABLE IF NOT EXISTS run_inputs (
@@ -426,23 +426,11 @@ class ChatStore:
         however long the chat, so a lookup of an unknown id costs as little as a known."""
 
         async def select(tx: Tx) -> ShownRun | None:
-            rows = list(
-                await tx.fetch(
-                    "SELECT seq, entry_count, entries_json, meta_json FROM session_segments "
-                    "WHERE session_id = ? AND run_id = ?",
-                    (chat_id, run_id),
-                )
-            )
-            if not rows:
+            found = await shown_segment(tx, chat_id, run_id)
+            if found is None:
                 return None
-            seq, count, entries_json, meta_json = rows[0]
-            later = await tx.fetch(
-                "SELECT 1 FROM session_segments WHERE session_id = ? AND seq > ? LIMIT 1",
-                (chat_id, seq),
-            )
-            stored = StoredSegment(run_id, int(count), str(entries_json), meta_json)
             tree = await chat_tree.load_around(tx, chat_id, [run_id])
-            return ShownRun(stored.decode(chat_id), not list(later), tree)
+            return ShownRun(found[0].decode(chat_id), found[1], tree)
 
         return await self._store.read(select)
 
