@@ -322,3 +322,43 @@ async def test_through_the_runner_a_stopped_count_is_continued_in_the_session() 
     assert [s.run_id for s in segments] == ["r1", "r2"]
     reply = "".join(e.text for e in await session.load("chat") if isinstance(e, AssistantEntry))
     assert reply == "1 2 3 4 5 6 7 8 9 10"
+
+
+# Issue 22: inputs shaped so that a pattern tried at every position rescans the rest of
+# the text. Each takes milliseconds now; the quadratic versions took seconds at these
+# sizes (30,000 characters; a message may have 100,000: minutes).
+HOSTILE_MESSAGES = {
+    "whitespace without a digit": "x" + "\n" * 30_000,
+    "a long run of opening parentheses": "(" * 30_000,
+    "closing parentheses after a number": "1" + ")" * 30_000,
+    "signs and spaces": "- " * 15_000 + "x",
+}
+
+
+async def test_a_hostile_message_is_answered_in_bounded_time() -> None:
+    model = OfflineModel(delay=0)
+    for name, message in HOSTILE_MESSAGES.items():
+        start = time.perf_counter()
+        parts = await collect(model, [UserEntry(message)])
+        assert isinstance(parts[-1], FinishPart), name
+        assert time.perf_counter() - start < 0.5, name
+
+
+def test_find_expression_is_linear_in_whitespace() -> None:
+    start = time.perf_counter()
+    assert find_expression("x" + "\r\n" * 15_000) is None
+    assert find_expression("what is" + " " * 30_000 + "(2 + 3) * 4 ?") == "(2 + 3) * 4"
+    assert time.perf_counter() - start < 0.5
+
+
+async def test_continuing_after_a_long_run_of_digits_or_spaces_is_bounded() -> None:
+    for partial in ("1" * 30_000 + "x", "1 2 3" + " " * 30_000, "1" * 5_000):
+        start = time.perf_counter()
+        words = await continue_reply([UserEntry("count to 10"), AssistantEntry(partial)])
+        assert words, partial[:10]
+        assert time.perf_counter() - start < 0.5, partial[:10]
+    assert await continue_reply([UserEntry("count to 5"), AssistantEntry("1 2" + " " * 9)]) == [
+        "3",
+        " 4",
+        " 5",
+    ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import replace
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from webhelpers import HX, MakeClient, parse_html
 
 from webapp.models import ScriptedModel
 from webapp.transcript import AssistantEntry, ToolCallEntry, ToolResultEntry, UserEntry
-from webapp.chats.file_format import ChatFileError, parse
+from webapp.chats.file_format import ChatFileError, parse, to_json
 
 ON_BOTH_DATABASES = True  # every test here that builds the app runs on SQLite and PostgreSQL
 
@@ -236,3 +237,154 @@ def test_import_from_the_command_line(tmp_path: Path):
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT title FROM chats").fetchall() == [("t",)]
         assert conn.execute("SELECT COUNT(*) FROM session_segments").fetchone()[0] == 1
+
+
+# --- issue 22: hostile files ------------------------------------------------------------
+
+
+def spliced(data: bytes, old: str, new: str) -> bytes:
+    """``data`` with its one ``old`` replaced by raw JSON text ``new`` (for values that
+    json.dumps would not write: huge integers, NaN, lone surrogates, deep nesting)."""
+    text = data.decode()
+    assert text.count(old) == 1
+    return text.replace(old, new).encode()
+
+
+DEEP = "[" * 50_000 + "]" * 50_000
+HOSTILE_FILES = {
+    "nested 50,000 deep": (spliced(with_run(meta={"a": 1}), "1}", DEEP + "}"), "too deeply"),
+    "an integer of 4,301 digits": (
+        spliced(with_run(selected=7), "7", "9" * 4301),
+        "runs[0].selected",
+    ),
+    "a 400-digit created_at": (
+        spliced(json.dumps({**VALID, "created_at": 7}).encode(), "7", "1" * 400),
+        "created_at",
+    ),
+    "created_at NaN": (
+        spliced(json.dumps({**VALID, "created_at": 7}).encode(), "7", "NaN"),
+        "created_at",
+    ),
+    "updated_at Infinity": (
+        spliced(json.dumps({**VALID, "updated_at": 7}).encode(), "7", "1e400"),
+        "updated_at",
+    ),
+    "updated_at a word": (json.dumps({**VALID, "updated_at": "today"}).encode(), "updated_at"),
+    "selected 10**30": (with_run(selected=10**30), "runs[0].selected"),
+    "a lone surrogate in the title": (
+        spliced(json.dumps({**VALID, "title": "T"}).encode(), '"T"', '"a\\ud800b"'),
+        "title",
+    ),
+    "a lone surrogate in a text": (
+        spliced(with_run(), '"yo"', '"\\udfff"'),
+        "runs[0].entries[1].text",
+    ),
+    "a lone surrogate in a meta key": (
+        spliced(with_run(meta={"k": 1}), '"k"', '"\\ud800"'),
+        "runs[0].meta",
+    ),
+    "a message over 100,000 characters": (
+        with_run(entries=[{"type": "user", "text": "x" * 100_001}]),
+        "runs[0].entries[0].text",
+    ),
+    "Infinity in the meta": (
+        spliced(with_run(meta={"usage": 7}), "7", "Infinity"),
+        "runs[0].meta.usage",
+    ),
+    "a meta nested 40 deep": (
+        spliced(with_run(meta={"a": 7}), "7", "[" * 40 + "]" * 40),
+        "runs[0].meta.a",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_FILES))
+async def test_a_hostile_file_is_refused_naming_the_field_and_writes_nothing(
+    web_client_factory: MakeClient, name: str
+):
+    data, field = HOSTILE_FILES[name]
+    client = await web_client_factory(model=ScriptedModel([]))
+    kept = await client.new_chat()
+    before = await client.web.chats.recent()
+    exported = (await client.http.get(f"/chats/{kept}/export.json")).json()
+    response = await client.http.post(
+        "/chats/import", files={"file": ("x.json", data, "application/json")}
+    )
+    assert response.status_code == 400
+    alert = parse_html(response.text).find(id="composer-alert").norm_text()
+    assert alert.startswith("Not imported: ") and field in alert, alert
+    assert await client.web.chats.recent() == before
+    again = (await client.http.get(f"/chats/{kept}/export.json")).json()
+    assert normalised(again) == normalised(exported)
+
+
+async def test_a_file_with_the_largest_selection_stamp_gives_a_usable_chat(
+    web_client_factory: MakeClient,
+):
+    # 2**63 - 1 fits the column, but the next version's stamp (largest + 1) did not: every
+    # send, edit, regenerate and switch in the chat was a 500 from then on.
+    client = await web_client_factory(model=ScriptedModel(["next", "again", "edited"]))
+    imported = await client.http.post(
+        "/chats/import",
+        files={"file": ("c.json", with_run(selected=2**63 - 1), "application/json")},
+    )
+    assert imported.status_code == 303
+    chat_id = imported.headers["location"].rsplit("/", 1)[1]
+    assert (await client.send(chat_id, "go on")).status_code == 303
+    await client.wait_idle(chat_id)
+    first, second = [s.run_id for s in await client.web.session.segments(chat_id)]
+    response = await client.http.post(f"/chats/{chat_id}/regenerate", data={"run_id": second})
+    assert response.status_code == 303
+    await client.wait_idle(chat_id)
+    response = await client.http.post(f"/chats/{chat_id}/switch", data={"run_id": second})
+    assert response.status_code == 303
+    response = await client.http.post(
+        f"/chats/{chat_id}/messages/{first}/edit", data={"text": "hello"}
+    )
+    assert response.status_code == 303
+    await client.wait_idle(chat_id)
+    exported = (await client.http.get(f"/chats/{chat_id}/export.json")).json()
+    assert sorted(r["selected"] for r in exported["runs"]) == [1, 2, 3, 4]
+
+
+def test_selection_stamps_are_renumbered_in_their_order():
+    document = json.loads(with_run(selected=-5))
+    for run_id, selected in (("b", 2**63 - 1), ("c", -5)):
+        document["runs"].append({**document["runs"][0], "run_id": run_id, "message_id": "a"})
+        document["runs"][-1]["selected"] = selected
+    chat = parse(json.dumps(document).encode())
+    # Equal stamps: the earlier run ranks higher, as the shown path picks the first.
+    assert [(r.run_id, r.selected) for r in chat.runs] == [("a", 2), ("b", 3), ("c", 1)]
+
+
+async def test_control_characters_are_taken_out_of_an_imported_chat(
+    web_client_factory: MakeClient,
+):
+    document = json.loads(with_run())
+    document["title"] = "a\u0000b\u001b[31m"
+    document["runs"][0]["entries"] = [
+        {"type": "user", "text": "line\r\none\u0000two\u0007"},
+        {"type": "assistant", "text": "re\u0000ply\u0008"},
+    ]
+    document["runs"][0]["meta"] = {"status": "failed", "error": "bad\u0000 thing"}
+    client = await web_client_factory(model=ScriptedModel([]))
+    imported = await client.http.post(
+        "/chats/import",
+        files={"file": ("c.json", json.dumps(document).encode(), "application/json")},
+    )
+    assert imported.status_code == 303
+    chat_id = imported.headers["location"].rsplit("/", 1)[1]
+    chat = await client.web.chats.get(chat_id)
+    assert chat is not None and chat.title == "ab[31m"
+    [segment] = await client.web.session.segments(chat_id)
+    assert segment.entries == [UserEntry("line\nonetwo"), AssistantEntry("reply")]
+    assert segment.meta == {"status": "failed", "error": "bad thing"}
+    page = await client.http.get(f"/chats/{chat_id}")
+    assert "\u0000" not in page.text and "\u001b" not in page.text
+
+
+def test_an_export_never_writes_infinity_or_nan():
+    chat = parse(with_run())
+    with pytest.raises(ValueError):
+        to_json("c", replace(chat, created_at=float("inf")))
+    assert "NaN" not in to_json("c", chat) and "Infinity" not in to_json("c", chat)

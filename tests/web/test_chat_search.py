@@ -18,7 +18,9 @@ import httpx
 from webhelpers import HX, MakeClient, parse_html
 
 from webapp.models import ScriptedModel
+from webapp.transcript import AssistantEntry
 from webapp.chats import search as chat_search
+from webapp.chats.store import ChatStore
 
 ROOT = Path(__file__).resolve().parents[2]
 # main before versions and search existed: its database is what the migration meets.
@@ -261,3 +263,67 @@ async def test_a_database_made_by_the_previous_main_is_searchable_and_exportable
         ]
         == run
     )
+
+
+async def test_the_text_after_a_nul_is_indexed(web_client_factory: MakeClient, tmp_path: Path):
+    # A model may write a NUL; json_extract would end the text there (issue 21).
+    client = await web_client_factory(model=ScriptedModel(["before\u0000after \\u0000literal"]))
+    chat_id = await client.new_chat()
+    await client.send(chat_id, "run it")
+    await client.wait_idle(chat_id)
+    segments = await client.web.session.segments(chat_id)
+    assert segments[0].entries[1] == AssistantEntry("before\u0000after \\u0000literal")
+    assert await found(client, "after") == [chat_id]
+    assert await found(client, "u0000literal") == [chat_id]  # typed text stays text
+    assert index_rows(client.db) == rebuilt_rows(client.db, tmp_path)
+
+
+async def test_a_query_typed_with_a_combining_accent_finds_the_composed_word(
+    web_client_factory: MakeClient,
+):
+    client = await web_client_factory(model=ScriptedModel(["ok"]))
+    chat_id = await client.new_chat()
+    await client.send(chat_id, "notre \u00e9cole")
+    await client.wait_idle(chat_id)
+    assert await found(client, "e\u0301cole") == [chat_id]  # "e" + COMBINING ACUTE ACCENT
+    assert await found(client, "e\u0301co") == [chat_id]
+
+
+async def test_private_use_markers_in_a_message_are_not_marks(
+    web_client_factory: MakeClient, tmp_path: Path
+):
+    client = await web_client_factory(model=ScriptedModel(["ok"]))
+    chat_id = await client.new_chat()
+    await client.send(chat_id, "zebras \ue000fake\ue001 mark")
+    await client.wait_idle(chat_id)
+    response = await client.http.get("/search", params={"q": "zebras"}, headers=HX)
+    excerpt = parse_html(response.text).find(class_="excerpt")
+    assert [m.text() for m in excerpt.find_all("mark")] == ["zebras"]
+    assert excerpt.text() == "zebras fake mark ok"  # the markers are spaces in the index
+    assert index_rows(client.db) == rebuilt_rows(client.db, tmp_path)
+
+
+def test_an_index_made_before_the_nul_fix_is_rebuilt(tmp_path: Path):
+    """Schema version 6 indexed text up to a NUL and kept the markers: the migration
+    brings in the new triggers and fills the index again."""
+    db = tmp_path / "chat.db"
+    asyncio.run(_open(db))
+    entries = json.dumps([{"type": "user", "text": "before\u0000after \ue000x"}])
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT INTO chats VALUES ('c1', 't', 1, 1, NULL, NULL, NULL)")
+        conn.execute(
+            "INSERT INTO session_segments (session_id, seq, run_id, first_entry, entry_count, "
+            "entries_json, meta_json) VALUES ('c1', 1, 'r1', 0, 1, ?, NULL)",
+            (entries,),
+        )
+        conn.execute("UPDATE chat_search SET body = 'before \ue000x'")  # what version 6 made
+        conn.execute("UPDATE schema_versions SET version = 6 WHERE name = 'webapp_chats'")
+    asyncio.run(_open(db))
+    with sqlite3.connect(db) as conn:
+        bodies = sorted(b for (b,) in conn.execute("SELECT body FROM chat_search"))
+    assert bodies == ["before after  x", "t"]
+
+
+async def _open(db: Path) -> None:
+    async with ChatStore(db) as store:
+        await store.recent(1)

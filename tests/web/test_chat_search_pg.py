@@ -400,3 +400,20 @@ async def test_the_schema_can_run_again(chats: Chats):
     await chats.append(chat_id, "r1", UserEntry("once"))
     assert len(await index_rows(chats.conn)) == 2  # the title and the run, once each
     assert await found(chats.conn, "once") == [chat_id]
+
+
+async def test_a_query_typed_with_a_combining_accent_finds_the_composed_word(chats: Chats):
+    chat_id = await chats.new("c")
+    await chats.append(chat_id, "r1", UserEntry("notre \u00e9cole"))
+    assert await found(chats.conn, "e\u0301cole") == [chat_id]  # "e" + COMBINING ACUTE
+    assert await found(chats.conn, "e\u0301co") == [chat_id]  # as a prefix too
+
+
+async def test_private_use_markers_in_a_message_are_not_marks(chats: Chats):
+    chat_id = await chats.new("c", "\ue000title\ue001")
+    await chats.append(chat_id, "r1", UserEntry("zebras \ue000fake\ue001 mark"))
+    [hit] = await hits(chats.conn, "zebras")
+    assert str(hit.excerpt) == "<mark>zebras</mark> fake mark"
+    [hit] = await hits(chats.conn, "title")
+    assert "\ue000" not in str(hit.excerpt) and str(hit.excerpt).count("<mark>") == 1
+    assert await index_rows(chats.conn) == await rebuilt_rows(chats.conn)

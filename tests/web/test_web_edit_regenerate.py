@@ -216,3 +216,25 @@ async def test_editing_the_first_message_renames_an_automatic_title(web_client_f
     await client.wait_idle(chat_id)
     chat = await client.web.chats.get(chat_id)
     assert chat is not None and chat.title == "Mine"
+
+
+async def test_regenerate_and_edit_of_a_version_not_shown_are_both_404(
+    web_client_factory: MakeClient,
+):
+    # Regenerate answered 400 "There is no reply to regenerate yet" where edit said 404.
+    client = await web_client_factory(model=ScriptedModel(["r1", "r1 again", "never"]))
+    chat_id = await client.new_chat()
+    await client.send(chat_id, "one")
+    await client.wait_idle(chat_id)
+    hidden = (await client.web.session.segments(chat_id))[0].run_id
+    await client.http.post(f"/chats/{chat_id}/regenerate", data={"run_id": hidden})
+    await client.wait_idle(chat_id)
+    shown = await client.web.session.segments(chat_id)
+    assert hidden not in {s.run_id for s in shown}  # a version, not on the page
+    regenerated = await client.http.post(f"/chats/{chat_id}/regenerate", data={"run_id": hidden})
+    edited = await client.http.post(
+        f"/chats/{chat_id}/messages/{hidden}/edit", data={"text": "changed"}
+    )
+    assert (regenerated.status_code, edited.status_code) == (404, 404)
+    assert "not in this chat any more" in parse_html(regenerated.text).norm_text()
+    assert await client.web.session.segments(chat_id) == shown

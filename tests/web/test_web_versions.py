@@ -7,12 +7,20 @@ what the model was sent.
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
-from webhelpers import HX, MakeClient, Node, buttons, form_of, messages, parse_html, replies
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
+from webhelpers import HX, MakeClient, Node, buttons, form_of, messages, parse_html, replies, serve
 
 from webapp.models import OfflineModel, ScriptedModel
+from webapp.models.openai_chat import OpenAIChatModel
 from webapp.stores.sqlite_session import SQLiteSession
 from webapp.transcript import AssistantEntry, Entry, UserEntry
 from webapp.chats.store import ChatStore
@@ -304,3 +312,80 @@ async def test_chats_stored_before_versions_get_a_tree(
     assert switcher(replies(page)[0]) == ("2 / 2", True, False)
     await client.http.post(f"/chats/{chat.id}/switch", data={"run_id": "r-old"})
     assert await texts(client, chat.id) == [("user", "hi"), ("assistant", "old reply")]
+
+
+async def test_branch_titles_stay_within_the_title_limit(web_client_factory: MakeClient):
+    # A 200-character title gave a 209-character branch, then 218: over the limit, so
+    # the branch could be neither renamed to its own title nor exported and imported back.
+    client = await web_client_factory(model=ScriptedModel(["r1"]))
+    chat_id = await client.new_chat()
+    await exchange(client, chat_id, "one")
+    long = "word " * 39 + "last!"  # 200 characters
+    response = await client.http.post(f"/chats/{chat_id}/rename", data={"title": long})
+    assert response.status_code == 303
+    titles = []
+    for _ in range(2):
+        run_id = (await client.web.session.segments(chat_id))[0].run_id
+        response = await client.http.post(f"/chats/{chat_id}/runs/{run_id}/branch")
+        assert response.status_code == 303
+        chat_id = response.headers["location"].rsplit("/", 1)[1]
+        chat = await client.web.chats.get(chat_id)
+        assert chat is not None
+        titles.append(chat.title)
+    assert all(190 < len(t) <= 200 for t in titles)
+    assert titles[0] == long[:190].rstrip() + "… (branch)"
+    assert titles[1] == titles[0][:190].rstrip() + "… (branch)"
+    response = await client.http.post(f"/chats/{chat_id}/rename", data={"title": titles[1]})
+    assert response.status_code == 303
+    exported = await client.http.get(f"/chats/{chat_id}/export.json")
+    imported = await client.http.post(
+        "/chats/import", files={"file": ("c.json", exported.content, "application/json")}
+    )
+    assert imported.status_code == 303
+
+
+async def test_a_reply_whose_stream_was_cut_can_be_continued(web_client_factory: MakeClient):
+    # The endpoint's stream ends mid-reply (no finish_reason, no [DONE]): the reply keeps
+    # its text and says why it failed, and offers Continue as a stopped reply does.
+    requests: list[dict[str, Any]] = []
+
+    async def completions(request: Request) -> StreamingResponse:
+        requests.append(await request.json())
+        cut = len(requests) == 1
+        texts = ["Partial answer,", " cut"] if cut else [" and the rest."]
+        return StreamingResponse(chunks(texts, finished=not cut), media_type="text/event-stream")
+
+    endpoint = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+    async with serve(endpoint) as base:
+        model = OpenAIChatModel("m", base_url=base + "/v1", max_retries=0)
+        client = await web_client_factory(model=model)
+        chat_id = await client.new_chat()
+        await exchange(client, chat_id, "tell me")
+        reply = replies(await client.page(chat_id))[0]
+        assert reply.attrs["data-status"] == "failed"
+        assert "no finish_reason" in reply.find(class_="reply-error").norm_text()
+        assert reply.find(class_="content").norm_text() == "Partial answer, cut"
+        [button] = buttons(reply, "Continue")
+        response = await client.http.post(form_of(button).attrs["action"] or "")
+        assert response.status_code == 303
+        await client.wait_idle(chat_id)
+    reply = replies(await client.page(chat_id))[0]
+    assert reply.attrs["data-status"] == "completed"
+    assert reply.find(class_="content").norm_text() == "Partial answer, cut and the rest."
+    assert buttons(reply, "Continue") == []
+    [segment] = await client.web.session.segments(chat_id)
+    assert segment.entries == [
+        UserEntry("tell me"),
+        AssistantEntry("Partial answer, cut and the rest."),
+    ]
+    assert len(requests) == 2
+
+
+async def chunks(texts: list[str], *, finished: bool) -> AsyncIterator[bytes]:
+    """Chat Completions SSE for ``texts``; unfinished, it just ends (a dropped stream)."""
+    for text in texts:
+        delta = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+        yield f"data: {json.dumps(delta)}\n\n".encode()
+    if finished:
+        end = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        yield f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode()

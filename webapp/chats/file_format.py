@@ -15,11 +15,24 @@ fresh ids, in one transaction (`store_import`).
 from __future__ import annotations
 
 import json
+import math
+import re
 import time
 import uuid
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from webapp.chats.db import Tx
+from webapp.chats.session_rows import append_segments
+from webapp.chats.text import (
+    MAX_MESSAGE_CHARS,
+    MAX_TITLE_CHARS,
+    clean_text,
+    has_lone_surrogate,
+    message_text,
+    title_line,
+)
+from webapp.chats.tree import Node, Tree, load_tree
 from webapp.stores.codec import StoredSegment
 from webapp.transcript import (
     AssistantEntry,
@@ -31,13 +44,9 @@ from webapp.transcript import (
     entry_from_dict,
     entry_to_dict,
 )
-from webapp.chats.db import Tx
-from webapp.chats.tree import Node, Tree, load_tree
-from webapp.chats.session_rows import append_segments
 
 FORMAT_VERSION = 1
 MAX_FILE_BYTES = 10 * 1024 * 1024
-MAX_TITLE_CHARS = 200
 MAX_RUNS = 100_000
 
 
@@ -128,7 +137,8 @@ def to_json(chat_id: str, chat: ChatFile) -> str:
             for run in chat.runs
         ],
     }
-    return json.dumps(document, ensure_ascii=False, indent=2) + "\n"
+    # Strict JSON: Infinity and NaN are not JSON, and no importer would take them back.
+    return json.dumps(document, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
 
 
 def to_markdown(chat: ChatFile) -> str:
@@ -181,13 +191,53 @@ def _nodes(runs: list[ExportedRun]) -> list[Node]:
 
 # --- import ------------------------------------------------------------------------------
 
+# The deepest a chat file nests objects and arrays anywhere in a run's meta (an
+# export nests two or three): deeper would cost the exporter's recursion later.
+MAX_NESTING = 32
+# Times are seconds since 1970, up to the last second of the year 9999.
+MAX_TIME = 253_402_300_799.0
+# Every number the chat tables hold is a signed 64-bit integer (SQLite and PostgreSQL).
+_INT_RANGE = range(-(2**63), 2**63)
 
-def parse(data: bytes) -> ChatFile:
-    """Validate a chat file completely; `ChatFileError` says what is wrong."""
+
+class _OutOfRange:
+    """A JSON integer no field can hold (beyond 64 bits): kept as a mark, so the
+    field that meets it says so, instead of the parser failing without a place."""
+
+    def __init__(self, digits: str) -> None:
+        self.digits = digits
+
+
+def _int(digits: str) -> int | _OutOfRange:
+    # The length check first: int() of over 4,300 digits raises, and is slow before that.
+    if len(digits) > 20:
+        return _OutOfRange(digits)
+    value = int(digits)
+    return value if value in _INT_RANGE else _OutOfRange(digits)
+
+
+# The decoder is C and keeps the interpreter for the whole file, so even from a worker
+# thread it would stall the event loop's thread until the end; a Python call per
+# object and per number is where the interpreter lets that thread run meanwhile.
+def _passed(value: dict[str, Any]) -> dict[str, Any]:
+    return value
+
+
+def _float(digits: str) -> float:
+    return float(digits)  # "1e400" is inf: the fields that take numbers refuse it
+
+
+def parse(data: bytes, *, max_message_chars: int = MAX_MESSAGE_CHARS) -> ChatFile:
+    """Validate a chat file completely; `ChatFileError` says what is wrong and where.
+
+    The text in it meets the message form's rules (`webapp.chats.text`): control
+    characters are taken out, a user message is at most ``max_message_chars``.
+    Linear in the file's size, so it can run in a worker thread on any upload."""
     if not data.strip():
         raise ChatFileError("The file is empty: choose a chat file exported as JSON.")
     try:
-        document = json.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        document = json.loads(text, parse_int=_int, parse_float=_float, object_hook=_passed)
     except UnicodeDecodeError:
         raise ChatFileError(
             "The file is not text (UTF-8): choose a chat exported as JSON."
@@ -196,6 +246,8 @@ def parse(data: bytes) -> ChatFile:
         raise ChatFileError(
             f"The file is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})."
         ) from None
+    except RecursionError:
+        raise ChatFileError(_too_deep(text)) from None
     if not isinstance(document, dict):
         raise ChatFileError("A chat file is a JSON object with format_version, title and runs.")
     version = document.get("format_version")
@@ -206,7 +258,7 @@ def parse(data: bytes) -> ChatFile:
             f"This chat file has format version {version}, newer than this app reads "
             f"({FORMAT_VERSION}). Update the app to import it."
         )
-    title = _field(document, "title", str, "")
+    title = title_line(_string(_field(document, "title", str, ""), "title"))
     if len(title) > MAX_TITLE_CHARS:
         raise ChatFileError(f"title: longer than {MAX_TITLE_CHARS} characters.")
     raw_runs = _field(document, "runs", list, "")
@@ -215,19 +267,53 @@ def parse(data: bytes) -> ChatFile:
     runs: list[ExportedRun] = []
     seen: dict[str, ExportedRun] = {}
     for index, raw in enumerate(raw_runs):
-        run = _run(raw, f"runs[{index}]", seen)
+        run = _run(raw, f"runs[{index}]", seen, max_message_chars)
         seen[run.run_id] = run
         runs.append(run)
     now = time.time()
     return ChatFile(
-        " ".join(title.split()),
-        _time(document.get("created_at"), now),
-        _time(document.get("updated_at"), now),
-        runs,
+        title,
+        _time(document, "created_at", now),
+        _time(document, "updated_at", now),
+        _ranked(runs),
     )
 
 
-def _run(raw: object, where: str, seen: dict[str, ExportedRun]) -> ExportedRun:
+def _too_deep(text: str) -> str:
+    """Where ``text`` first nests deeper than `MAX_NESTING` (the parser gave up deeper
+    still, without saying where): brackets inside strings do not count."""
+    depth = 0
+    for token in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[{]|[\]}]', text):
+        if token.group() in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                at = token.start()
+                line, column = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+                return (
+                    f"The file nests objects or arrays too deeply (line {line}, column "
+                    f"{column}: more than {MAX_NESTING} levels); a chat file nests a few."
+                )
+        elif token.group() in "]}":
+            depth -= 1
+    return "The file nests objects or arrays too deeply; a chat file nests a few."
+
+
+def _ranked(runs: list[ExportedRun]) -> list[ExportedRun]:
+    """The runs with their selection stamps renumbered 1..n, in the same order.
+
+    Only the order of the stamps means anything (the largest is shown), and a new
+    version's stamp is the chat's largest plus one: a file's own numbers, up to
+    2**63 - 1, would leave no room for it. Among equal stamps the earlier run ranks
+    higher, as `Tree.chosen` picks the first of equals. An export already holds
+    ranks 1..n, so a round trip keeps them."""
+    order = sorted(range(len(runs)), key=lambda i: (runs[i].selected, -i))
+    rank = {index: position for position, index in enumerate(order, 1)}
+    return [replace(run, selected=rank[i]) for i, run in enumerate(runs)]
+
+
+def _run(
+    raw: object, where: str, seen: dict[str, ExportedRun], max_message_chars: int
+) -> ExportedRun:
     if not isinstance(raw, dict):
         raise ChatFileError(f"{where}: not an object.")
     run_id = _field(raw, "run_id", str, where)
@@ -245,10 +331,12 @@ def _run(raw: object, where: str, seen: dict[str, ExportedRun]) -> ExportedRun:
                 "same message."
             )
     selected = raw.get("selected")
+    if isinstance(selected, _OutOfRange):
+        raise ChatFileError(f"{where}.selected: a number too large for a rank.")
     if not isinstance(selected, int) or isinstance(selected, bool):
         raise ChatFileError(f"{where}.selected: not a whole number.")
     entries = [
-        _entry(e, f"{where}.entries[{i}]")
+        _entry(e, f"{where}.entries[{i}]", max_message_chars)
         for i, e in enumerate(_field(raw, "entries", list, where))
     ]
     if not entries or not isinstance(entries[0], UserEntry):
@@ -256,19 +344,23 @@ def _run(raw: object, where: str, seen: dict[str, ExportedRun]) -> ExportedRun:
     meta = raw.get("meta")
     if meta is not None and not isinstance(meta, dict):
         raise ChatFileError(f"{where}.meta: not an object or null.")
+    if meta is not None:
+        meta = _meta_value(meta, f"{where}.meta", 1)
     return ExportedRun(run_id, parent, message_id, selected, entries, meta)
 
 
 _ENTRY_TYPES = {UserEntry, AssistantEntry, ReasoningEntry, ToolCallEntry, ToolResultEntry}
 
 
-def _entry(raw: object, where: str) -> Entry:
+def _entry(raw: object, where: str, max_message_chars: int) -> Entry:
     if not isinstance(raw, dict):
         raise ChatFileError(f"{where}: not an object.")
     try:
         entry = entry_from_dict(raw)
     except ValueError as exc:
-        raise ChatFileError(f"{where}: {exc}") from None
+        reason = str(exc)  # it quotes the entry, which may be most of the file
+        raise ChatFileError(f"{where}: {reason[:300]}{'…' if len(reason) > 300 else ''}") from None
+    cleaned: dict[str, Any] = {}
     if "images" in raw and not (
         isinstance(raw["images"], list)
         and all(isinstance(i, str) and i.startswith("data:image/") for i in raw["images"])
@@ -281,7 +373,51 @@ def _entry(raw: object, where: str) -> Entry:
         expected = bool if f.name == "is_error" else str
         if not isinstance(value, expected):
             raise ChatFileError(f"{where}.{f.name}: expected {expected.__name__}.")
-    return entry
+        if isinstance(value, str):
+            value = _string(value, f"{where}.{f.name}")
+            cleaned[f.name] = (
+                message_text(value) if isinstance(entry, UserEntry) else clean_text(value)
+            )
+    if isinstance(entry, UserEntry) and len(cleaned["text"]) > max_message_chars:
+        raise ChatFileError(
+            f"{where}.text: a message of {len(cleaned['text']):,} characters; a message "
+            f"is at most {max_message_chars:,}."
+        )
+    return replace(entry, **cleaned)
+
+
+def _meta_value(value: object, where: str, depth: int) -> Any:
+    """A meta value as stored: JSON data with cleaned strings, finite numbers that fit
+    64 bits, and at most `MAX_NESTING` levels (the exporter must write it back)."""
+    if depth > MAX_NESTING:
+        raise ChatFileError(f"{where}: nested more than {MAX_NESTING} levels deep.")
+    if isinstance(value, dict):
+        return {
+            clean_text(_string(k, f"{where} (a key)")): _meta_value(v, _key(where, k), depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_meta_value(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
+    if isinstance(value, str):
+        return clean_text(_string(value, where))
+    if isinstance(value, _OutOfRange) or (isinstance(value, float) and not math.isfinite(value)):
+        raise ChatFileError(f"{where}: a number out of range.")
+    return value  # a bool, a whole number, a finite float or null
+
+
+def _key(where: str, key: str) -> str:
+    """Where a meta value is, for a message: its key as the page can show it."""
+    shown = clean_text(key[:40])
+    return f"{where}.{shown}" if shown.isidentifier() else f"{where}[{shown!r}]"
+
+
+def _string(value: str, where: str) -> str:
+    if has_lone_surrogate(value):
+        raise ChatFileError(
+            f"{where}: holds half of a UTF-16 surrogate pair (such as \\ud800), which is "
+            "not a character."
+        )
+    return value
 
 
 def _field(document: dict[str, Any], name: str, kind: type, where: str) -> Any:
@@ -292,10 +428,21 @@ def _field(document: dict[str, Any], name: str, kind: type, where: str) -> Any:
     return value
 
 
-def _time(value: object, default: float) -> float:
-    return (
-        float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
-    )
+def _time(document: dict[str, Any], name: str, default: float) -> float:
+    """A time in seconds since 1970; ``default`` (now) when the file has none."""
+    value = document.get(name)
+    if value is None:
+        return default
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or not 0 <= value <= MAX_TIME
+    ):
+        raise ChatFileError(
+            f"{name}: not a time (seconds since 1970, a number from 0 to {MAX_TIME:,.0f})."
+        )
+    return float(value)
 
 
 async def store_import(tx: Tx, chat: ChatFile) -> str:

@@ -16,24 +16,45 @@ and markup are just text.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
 from webapp.chats.db import Tx
 
+# Snippet markers, turned into <mark> after escaping. Private-use characters, which
+# a message may hold too: the index takes them out of every text it holds (`_plain`).
+_OPEN, _CLOSE = "\ue000", "\ue001"
+
 # Which text of an entry is searchable: messages, replies, reasoning, tool results.
+# json_extract ends a text at its first NUL (C strings), so an escaped NUL in the
+# JSON becomes a space first -- after every escaped backslash became its \u005c
+# spelling, so that the "\u0000" of a literal backslash and "u0000" is not one.
 _BODY = (
-    "(SELECT group_concat(COALESCE(json_extract(e.value, '$.text'), "
-    "json_extract(e.value, '$.output'), ''), ' ') FROM json_each({json}) AS e)"
+    "(SELECT {plain} FROM json_each("
+    r"replace(replace({json}, '\\', '\u005c'), '\u0000', ' ')) AS e)"
 )
+_TEXTS = (
+    "group_concat(COALESCE(json_extract(e.value, '$.text'), "
+    "json_extract(e.value, '$.output'), ''), ' ')"
+)
+
+
+def _plain(text: str) -> str:
+    """``text`` without the excerpt markers: text that holds them cannot fake a match."""
+    return f"replace(replace({text}, char({ord(_OPEN)}), ' '), char({ord(_CLOSE)}), ' ')"
+
+
+def _body(json: str) -> str:
+    return _BODY.format(plain=_plain(_TEXTS), json=json)
 
 
 def _add(chat: str, source: str, json: str) -> str:
     """Trigger statements that index one row's text as a document."""
     return f"""
     INSERT INTO search_docs (chat_id, run_id, source) VALUES ({chat}, new.run_id, '{source}');
-    INSERT INTO chat_search (rowid, body) VALUES (last_insert_rowid(), {_BODY.format(json=json)});"""
+    INSERT INTO chat_search (rowid, body) VALUES (last_insert_rowid(), {_body(json)});"""
 
 
 def _drop(chat: str, source: str) -> str:
@@ -90,13 +111,13 @@ CREATE INDEX IF NOT EXISTS search_docs_by_chat ON search_docs (chat_id);
         "search_archive_in", "UPDATE OF entries_json", "chat_runs",
         "new.entries_json IS NOT NULL", _ARCHIVE_ADD,
     )
-    + """
+    + f"""
 CREATE TRIGGER IF NOT EXISTS search_title_ai AFTER INSERT ON chats BEGIN
     INSERT INTO search_docs (chat_id, run_id, source) VALUES (new.id, '', 'title');
-    INSERT INTO chat_search (rowid, body) VALUES (last_insert_rowid(), new.title);
+    INSERT INTO chat_search (rowid, body) VALUES (last_insert_rowid(), {_plain("new.title")});
 END;
 CREATE TRIGGER IF NOT EXISTS search_title_au AFTER UPDATE OF title ON chats BEGIN
-    UPDATE chat_search SET body = new.title WHERE rowid IN
+    UPDATE chat_search SET body = {_plain("new.title")} WHERE rowid IN
         (SELECT id FROM search_docs WHERE chat_id = new.id AND source = 'title');
 END;
 CREATE TRIGGER IF NOT EXISTS search_title_ad AFTER DELETE ON chats BEGIN
@@ -117,23 +138,32 @@ INSERT INTO search_docs (chat_id, run_id, source)
 INSERT INTO search_docs (chat_id, run_id, source)
     SELECT chat_id, run_id, 'archive' FROM chat_runs WHERE entries_json IS NOT NULL;
 INSERT INTO chat_search (rowid, body)
-    SELECT d.id, c.title FROM search_docs d JOIN chats c ON c.id = d.chat_id
+    SELECT d.id, {_plain("c.title")} FROM search_docs d JOIN chats c ON c.id = d.chat_id
     WHERE d.source = 'title';
 INSERT INTO chat_search (rowid, body)
-    SELECT d.id, {_BODY.format(json="s.entries_json")} FROM search_docs d
+    SELECT d.id, {_body("s.entries_json")} FROM search_docs d
     JOIN session_segments s ON s.session_id = d.chat_id AND s.run_id = d.run_id
     WHERE d.source = 'session';
 INSERT INTO chat_search (rowid, body)
-    SELECT d.id, {_BODY.format(json="r.entries_json")} FROM search_docs d
+    SELECT d.id, {_body("r.entries_json")} FROM search_docs d
     JOIN chat_runs r ON r.chat_id = d.chat_id AND r.run_id = d.run_id
     WHERE d.source = 'archive';
 """
+
+_TRIGGERS = (
+    "search_session_ai", "search_session_ad", "search_session_au", "search_archive_ai",
+    "search_archive_ad", "search_archive_out", "search_archive_in", "search_title_ai",
+    "search_title_au", "search_title_ad",
+)  # fmt: skip
+
+# A database indexed before NULs and the markers were taken care of: the triggers
+# as they are now, and the index filled again.
+REINDEX = "".join(f"DROP TRIGGER IF EXISTS {name};\n" for name in _TRIGGERS) + SCHEMA + REBUILD
 
 MAX_WORDS = 12
 MIN_PREFIX = 3  # shorter prefixes ("p*") match nearly every document: too costly to help
 MAX_RESULTS = 50
 _WORD = re.compile(r"\w+", re.UNICODE)
-_OPEN, _CLOSE = "\ue000", "\ue001"  # snippet markers, turned into <mark> after escaping
 
 
 @dataclass(frozen=True)
@@ -144,10 +174,16 @@ class SearchHit:
     excerpt: Markup  # escaped text with the matching words in <mark>
 
 
+def query_words(text: str) -> list[str]:
+    """The first `MAX_WORDS` words of a query, composed (NFC) as typed text is: an
+    "e" followed by a combining acute accent is the "é" the index holds, one word."""
+    return _WORD.findall(unicodedata.normalize("NFC", text))[:MAX_WORDS]
+
+
 def fts_query(text: str) -> str | None:
     """An FTS5 query matching every word of ``text`` (the last, if long enough, as a
     prefix), or None when it has no words."""
-    words = _WORD.findall(text)[:MAX_WORDS]
+    words = query_words(text)
     if not words:
         return None
     quoted = ['"' + w.replace('"', '""') + '"' for w in words]

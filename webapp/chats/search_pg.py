@@ -37,12 +37,11 @@ from webapp.chats.db import Tx
 from webapp.chats.search import (
     _CLOSE,
     _OPEN,
-    _WORD,
     MAX_RESULTS,
-    MAX_WORDS,
     MIN_PREFIX,
     SearchHit,
     _excerpt,
+    query_words,
 )
 
 _MAX_LEXEME = 2047  # bytes: PostgreSQL indexes no longer word, so none can match
@@ -89,9 +88,15 @@ CREATE TABLE IF NOT EXISTS search_docs (
 );
 CREATE INDEX IF NOT EXISTS search_docs_words ON search_docs USING gin (words);
 
+-- A document's text without the excerpt markers: text holding them cannot fake a match.
+CREATE OR REPLACE FUNCTION search_plain(body TEXT) RETURNS TEXT
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT translate(body, chr({ord(_OPEN)}) || chr({ord(_CLOSE)}), '  ')
+$$;
 CREATE OR REPLACE FUNCTION search_put(chat TEXT, run TEXT, src TEXT, content TEXT) RETURNS void
 LANGUAGE sql AS $$
-    INSERT INTO search_docs (chat_id, run_id, source, body) VALUES (chat, run, src, content)
+    INSERT INTO search_docs (chat_id, run_id, source, body)
+    VALUES (chat, run, src, search_plain(content))
     ON CONFLICT (chat_id, run_id, source) DO UPDATE SET body = excluded.body
 $$;
 CREATE OR REPLACE FUNCTION search_drop(chat TEXT, run TEXT, src TEXT) RETURNS void
@@ -163,12 +168,12 @@ CREATE OR REPLACE TRIGGER search_title
 REBUILD = """
 DELETE FROM search_docs;
 INSERT INTO search_docs (chat_id, run_id, source, body)
-    SELECT id, '', 'title', title FROM chats ORDER BY created_at, id;
+    SELECT id, '', 'title', search_plain(title) FROM chats ORDER BY created_at, id;
 INSERT INTO search_docs (chat_id, run_id, source, body)
-    SELECT session_id, run_id, 'session', search_text(entries_json) FROM session_segments
-    ORDER BY session_id, seq;
+    SELECT session_id, run_id, 'session', search_plain(search_text(entries_json))
+    FROM session_segments ORDER BY session_id, seq;
 INSERT INTO search_docs (chat_id, run_id, source, body)
-    SELECT chat_id, run_id, 'archive', search_text(entries_json) FROM chat_runs
+    SELECT chat_id, run_id, 'archive', search_plain(search_text(entries_json)) FROM chat_runs
     WHERE entries_json IS NOT NULL ORDER BY chat_id, seq;
 """
 
@@ -197,7 +202,7 @@ ORDER BY top.updated_at DESC, top.id
 def ts_query(text: str) -> str | None:
     """A tsquery matching every word of ``text`` (the last, if long enough, as a
     prefix), or None when it has no words or one too long for any document to hold."""
-    words = _WORD.findall(text)[:MAX_WORDS]
+    words = query_words(text)
     if not words or any(len(w.encode()) > _MAX_LEXEME for w in words):
         return None
     # \w+ holds no quote or backslash; escaped anyway, so the quoting never depends on it.

@@ -75,3 +75,22 @@ async def stored_segments(tx: Tx, session_id: str) -> list[StoredSegment]:
         (session_id,),
     )
     return [StoredSegment(str(r[0]), int(r[1]), str(r[2]), r[3]) for r in rows]
+
+
+async def shown_segment(tx: Tx, session_id: str, run_id: str) -> tuple[StoredSegment, bool] | None:
+    """Segment ``run_id`` and whether it is the session's last; None if there is none."""
+    rows = list(
+        await tx.fetch(
+            "SELECT seq, entry_count, entries_json, meta_json FROM session_segments "
+            "WHERE session_id = ? AND run_id = ?",
+            (session_id, run_id),
+        )
+    )
+    if not rows:
+        return None
+    seq, count, entries_json, meta_json = rows[0]
+    later = await tx.fetch(
+        "SELECT 1 FROM session_segments WHERE session_id = ? AND seq > ? LIMIT 1",
+        (session_id, seq),
+    )
+    return StoredSegment(run_id, int(count), str(entries_json), meta_json), not list(later)

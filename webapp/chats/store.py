@@ -37,7 +37,7 @@ from webapp.chats.db import POSTGRES_STORES, SQLITE_STORES, Tx, open_chat_db
 from webapp.chats.file_format import ChatFile
 from webapp.chats.search import SearchHit
 from webapp.chats.tree import Tree
-from webapp.chats.session_rows import append_segments, cut_segments, stored_segments
+from webapp.chats.session_rows import append_segments, cut_segments, shown_segment, stored_segments
 
 _RUN_INPUTS = """
 CREATE TABLE IF NOT EXISTS run_inputs (
@@ -126,6 +126,16 @@ class Page:
 
 
 @dataclass(frozen=True)
+class ShownRun:
+    """One run of the shown path: its segment, whether the path ends with it, and the
+    part of the tree its switchers need."""
+
+    segment: Segment
+    last: bool
+    tree: Tree
+
+
+@dataclass(frozen=True)
 class Begun:
     """A run's record, as its transaction left the chat: the chat's row (its active run
     and title set), and the latest page if one was asked for."""
@@ -181,7 +191,7 @@ class ChatStore:
     """
 
     SCHEMA_NAME = "webapp_chats"
-    SCHEMA_VERSION = 6
+    SCHEMA_VERSION = 7
     SCHEMA_SQL = SQLITE_STORES + _SCHEMA + chat_tree.SCHEMA + chat_search.SCHEMA
     MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: "CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);",
@@ -193,10 +203,15 @@ class ChatStore:
         4: "CREATE INDEX IF NOT EXISTS chat_runs_by_parent ON chat_runs (chat_id, parent_run_id);",
         # A crash before a run's first checkpoint restarts it from its input.
         5: _RUN_INPUTS,
+        # Search keeps the text after a NUL, and no text holds the excerpt markers.
+        6: SQLITE_STORES + chat_search.REINDEX,
     }
     # PostgreSQL started with everything above but run_inputs (its own numbering).
-    POSTGRES_SCHEMA_VERSION = 2
-    POSTGRES_MIGRATIONS: ClassVar[Mapping[int, str]] = {1: _RUN_INPUTS}
+    POSTGRES_SCHEMA_VERSION = 3
+    POSTGRES_MIGRATIONS: ClassVar[Mapping[int, str]] = {
+        1: _RUN_INPUTS,
+        2: chat_search_pg.SCHEMA + chat_search_pg.REBUILD,  # no text holds the markers
+    }
     POSTGRES_SCHEMA_SQL = (
         POSTGRES_STORES
         + _SCHEMA.replace(" REAL ", " DOUBLE PRECISION ")
@@ -405,6 +420,19 @@ class ChatStore:
         and the part of the tree they (and the runs ``also``) need; None when ``before``
         is not on the path. Reads one page, however long the chat."""
         return await self._store.read(lambda tx: _read_page(tx, chat_id, before, limit, also))
+
+    async def shown_run(self, chat_id: str, run_id: str) -> ShownRun | None:
+        """Run ``run_id`` if it is on the shown path (None if not): a few indexed reads,
+        however long the chat, so a lookup of an unknown id costs as little as a known."""
+
+        async def select(tx: Tx) -> ShownRun | None:
+            found = await shown_segment(tx, chat_id, run_id)
+            if found is None:
+                return None
+            tree = await chat_tree.load_around(tx, chat_id, [run_id])
+            return ShownRun(found[0].decode(chat_id), found[1], tree)
+
+        return await self._store.read(select)
 
     async def tree_around(self, chat_id: str, run_ids: list[str]) -> Tree:
         """The runs ``run_ids`` and those beside them: enough for their switchers."""

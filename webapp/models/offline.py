@@ -56,9 +56,14 @@ _TIME = re.compile(
     r"|\bwhat(?:'s|\s+is)\s+the\s+(?:time|date)\b|\btoday'?s\s+date\b|\bwhat\s+day\s+is\b",
     re.IGNORECASE,
 )
-# Runs of characters that can make up arithmetic; the candidates are then
-# trimmed and validated by the calculator's own parser.
-_ARITHMETIC_RUN = re.compile(r"[-+(]*\s*\d[\d\s.+\-*/%()_]*")
+# Runs of characters that can make up arithmetic, from their first digit; the
+# candidates are then trimmed and validated by the calculator's own parser. A
+# pattern that also matched the signs and spaces before the digit would, at every
+# start in a long run of spaces without a digit, scan to its end again: quadratic
+# in the message. The signs are found by looking back from the digit instead.
+_ARITHMETIC_BODY = re.compile(r"\d[\d\s.+\-*/%()_]*")
+_LEADING_SIGNS = "-+("
+_WORD_RUN = re.compile(r"\S+")
 _OPENERS = (
     "Hello! I'm the offline model, so I can only play back a few tricks.",
     "Hi there -- this is the built-in offline model speaking.",
@@ -195,11 +200,14 @@ def _possible_replies(message: str, after: list[Entry]) -> list[str]:
 def _count_rest(raw: str, partial: str) -> list[str] | None:
     """The numbers after the last one in `partial`, up to the count's limit, if any are left."""
     limit = _count_limit(raw)
-    last = re.search(r"(\d+)(\s*)$", partial)
-    if limit is None or last is None or int(last.group(1)) >= limit:
+    # Read from the end by hand: a pattern anchored at "$" would be tried at every
+    # digit of a long run of digits, each time to the run's end.
+    text = partial.rstrip()
+    digits = len(text) - len(text.rstrip("0123456789"))
+    if limit is None or not digits or digits > 6 or int(text[-digits:]) >= limit:
         return None
-    start = int(last.group(1)) + 1
-    return [f"{'' if last.group(2) else ' '}{start}"] + [
+    start = int(text[-digits:]) + 1
+    return [f"{'' if len(text) < len(partial) else ' '}{start}"] + [
         f" {n}" for n in range(start + 1, limit + 1)
     ]
 
@@ -212,8 +220,8 @@ def _paragraph_break(partial: str) -> str:
 def find_expression(text: str) -> str | None:
     """The longest arithmetic expression with at least one operator in `text`, if any."""
     best: str | None = None
-    for match in _ARITHMETIC_RUN.finditer(text):
-        candidate = _trim_candidate(match.group(0))
+    for match in _ARITHMETIC_BODY.finditer(text):
+        candidate = _trim_candidate(text[_run_start(text, match.start()) : match.end()])
         if candidate is None:
             continue
         if best is None or len(candidate) > len(best):
@@ -221,13 +229,33 @@ def find_expression(text: str) -> str | None:
     return best
 
 
+def _run_start(text: str, digit: int) -> int:
+    """Where the run whose first digit is at ``digit`` starts: the signs and opening
+    parentheses before it, then the spaces between them and the digit. The previous
+    run ended on a character that is neither, so no character is looked at twice."""
+    start = digit
+    while start > 0 and text[start - 1].isspace():
+        start -= 1
+    while start > 0 and text[start - 1] in _LEADING_SIGNS:
+        start -= 1
+    return start
+
+
 def _trim_candidate(raw: str) -> str | None:
     text = raw.strip().rstrip(".+-*/%( ").strip()
-    # Prose around an expression leaves unbalanced parentheses: "(about 2+2)".
-    while text.count(")") > text.count("(") and text.endswith(")"):
-        text = text[:-1].rstrip()
-    while text.count("(") > text.count(")") and text.startswith("("):
-        text = text[1:].lstrip()
+    # Prose around an expression leaves unbalanced parentheses: "(about 2+2)". The
+    # counts are kept as the ends move, so a long run of them costs one pass.
+    opens, closes = text.count("("), text.count(")")
+    start, end = 0, len(text)
+    while closes > opens and end > start and text[end - 1] == ")":
+        end, closes = end - 1, closes - 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
+    while opens > closes and start < end and text[start] == "(":
+        start, opens = start + 1, opens - 1
+        while start < end and text[start].isspace():
+            start += 1
+    text = text[start:end]
     try:
         node = parse_expression(text)
     except ValueError:
@@ -304,7 +332,11 @@ def _answered_call(after: list[Entry]) -> tuple[ToolCallEntry, ToolResultEntry] 
 
 
 def _split_words(text: str) -> list[str]:
-    return re.findall(r"\s*\S+", text) or [text]
+    """Each word with the space before it (trailing space is dropped). Cut at the
+    words' ends, not matched as "space, then a word": that pattern would scan a
+    long trailing run of spaces once from each of its positions."""
+    ends = [m.end() for m in _WORD_RUN.finditer(text)]
+    return [text[a:b] for a, b in zip([0, *ends], ends)] or [text]
 
 
 def _entry_text(entry: Entry) -> str:

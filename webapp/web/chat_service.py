@@ -34,6 +34,7 @@ from webapp.transcript import UserEntry
 from webapp.chats import file_format
 from webapp.chats.file_format import ChatFile, ChatFileError
 from webapp.chats.search import SearchHit
+from webapp.chats.text import shortened_title
 from webapp.chats.store import (
     AlreadySentError,
     Chat,
@@ -49,6 +50,7 @@ from webapp.web.view_models import (
     ReplyView,
     UserView,
     items_from_segments,
+    render_replies,
     title_from_text,
 )
 
@@ -150,7 +152,7 @@ class BadChatFile:
 SendOutcome = Union[Started, AlreadySent, Busy, ChatNotFound]
 NewChatOutcome = Union[Started, AlreadySent]
 EditOutcome = Union[Started, Busy, ChatNotFound, MessageNotFound]
-RegenerateOutcome = Union[Started, Busy, ChatNotFound, NothingToRegenerate]
+RegenerateOutcome = Union[Started, Busy, ChatNotFound, MessageNotFound, NothingToRegenerate]
 ContinueOutcome = Union[Started, Busy, ChatNotFound, RunNotFound, CannotContinue]
 SwitchOutcome = Union[Switched, Busy, ChatNotFound, VersionNotFound]
 BranchOutcome = Union[Branched, Busy, ChatNotFound, RunNotFound]
@@ -219,6 +221,7 @@ class ChatService:
             shown.append(page.tree.nodes[live.run_id])
         versions = page.tree.versions(shown)
         items = items_from_segments(segments, versions)
+        await render_replies(items)
         earlier = segments[0].run_id if page.earlier and segments else None
         if before is not None:  # an older page: its last reply is not the chat's last
             for item in items:
@@ -301,6 +304,8 @@ class ChatService:
             segments = await self.session.segments(chat_id)
             if run_id is None and segments:
                 run_id = segments[-1].run_id
+            elif run_id is not None and not any(s.run_id == run_id for s in segments):
+                return MessageNotFound(chat)  # not shown (another version): as for an edit
             index = _input_index(segments, run_id) if run_id is not None else None
             if index is None or run_id is None:
                 return NothingToRegenerate(chat)
@@ -385,7 +390,9 @@ class ChatService:
             segments = await self.session.segments(chat_id)
             if not any(s.run_id == run_id for s in segments):
                 return RunNotFound(chat)
-            title = f"{chat.display_title} (branch)"
+            # The original's title is cut to make room: a branch of a branch of a long
+            # title stays within the limit, so it can be renamed and exported back.
+            title = shortened_title(chat.display_title, " (branch)")
             return Branched(await self.store.branch(chat_id, run_id, title))
 
     # --- files and search ------------------------------------------------------------------
@@ -393,10 +400,14 @@ class ChatService:
     async def export(self, chat_id: str) -> ChatFile | None:
         return await self.store.export(chat_id)
 
-    async def import_chat(self, data: bytes) -> Imported | BadChatFile:
-        """A new chat from an exported JSON file; nothing is written unless all of it is valid."""
+    async def import_chat(self, data: bytes, *, max_message_chars: int) -> Imported | BadChatFile:
+        """A new chat from an exported JSON file; nothing is written unless all of it is
+        valid. Reading 10 MB of JSON takes a second or more: it runs in a worker thread,
+        so the server goes on answering everyone else meanwhile."""
         try:
-            parsed = file_format.parse(data)
+            parsed = await asyncio.to_thread(
+                file_format.parse, data, max_message_chars=max_message_chars
+            )
         except ChatFileError as exc:
             return BadChatFile(str(exc))
         chat = await self.store.get(await self.store.import_chat(parsed))
@@ -421,6 +432,7 @@ class ChatService:
             if state is not None and state.chat_id == chat_id and not state.abandoned:
                 await self.runs.stop(state)
                 position = None if state.finished else state.position
+                await render_replies([state.reply])
                 return ShownReply(chat, state.reply, position)
             elsewhere = chat.active_run_id == run_id and not await self.runs.stop_unowned(
                 chat, run_id
@@ -434,13 +446,20 @@ class ChatService:
         chat = await self.store.get(chat_id)
         if chat is None:
             return ChatNotFound()
-        # Nearly always a recent reply: the latest page first, the whole chat if need be.
-        for limit in (PAGE_RUNS, None):
-            conversation = await self.conversation(chat, limit=limit)
-            for item in conversation.items if conversation is not None else []:
-                if isinstance(item, ReplyView) and item.run_id == run_id:
-                    return ShownReply(chat, item, None)
-        return RunNotFound(chat)
+        # The run's own row, not the chat read until it turns up: an id that is not
+        # there costs the same few reads in a chat of any length.
+        found = await self.store.shown_run(chat_id, run_id)
+        node = found.tree.nodes.get(run_id) if found is not None else None
+        if found is None or node is None:
+            return RunNotFound(chat)
+        items = items_from_segments([found.segment], found.tree.versions([node]))
+        reply = next((i for i in items if isinstance(i, ReplyView)), None)
+        if reply is None:
+            return RunNotFound(chat)
+        # While a run is active its reply comes after this one, as on the page.
+        reply.last = found.last and chat.active_run_id is None
+        await render_replies([reply])
+        return ShownReply(chat, reply, None)
 
     async def rename(self, chat_id: str, title: str) -> RenameOutcome:
         """An empty title restores the automatic one (from the first message)."""

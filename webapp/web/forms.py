@@ -10,7 +10,8 @@ only a body beyond the byte bound loses it.
 Both encodings must be UTF-8: a field that is not is refused (400), never
 stored as Latin-1 mojibake. User text loses its C0 control characters (but
 tab and newlines) on input, so a NUL never reaches the database or the HTML,
-and a message of nothing visible is empty.
+and a message of nothing visible is empty. Those rules are the chat library's
+(`webapp.chats.text`): an imported chat file meets the same ones.
 """
 
 from __future__ import annotations
@@ -28,10 +29,15 @@ from starlette.datastructures import Headers, UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import ClientDisconnect, Request
 
+from webapp.chats.text import MAX_TITLE_CHARS, message_text, title_line
+
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-MAX_TITLE_CHARS = 200
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+# A urlencoded body larger than this is decoded in a worker thread: a message near the
+# limit is a megabyte of %-escapes, which parse_qsl decodes one at a time in Python
+# (a tenth of a second the event loop would not serve anyone else).
+_LOOP_BYTES = 64 * 1024
 
 
 def _seconds_from_env(name: str, default: float) -> float:
@@ -53,9 +59,6 @@ def _seconds_from_env(name: str, default: float) -> float:
 # tests shorten it that way or by setting this attribute.
 BODY_TIMEOUT = _seconds_from_env("WEBAPP_BODY_TIMEOUT", 10.0)
 
-# C0 controls but tab, line feed and carriage return, plus DEL: no user text needs
-# them, and a NUL or an escape would otherwise be stored and reach the HTML raw.
-_CONTROLS = dict.fromkeys([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 # Default-ignorable characters that are letters or marks rather than format
 # characters (Hangul fillers, the combining grapheme joiner, Khmer inherent vowels,
 # Mongolian and other variation selectors), and the blank Braille pattern.
@@ -103,15 +106,22 @@ async def read_fields(request: Request, max_bytes: int) -> dict[str, str]:
             400, f"Expected a form post ({_FORM_TYPES[0]}), got {content_type or 'no body type'}."
         )
     try:
-        pairs = parse_qsl(
-            body.decode("ascii"), keep_blank_values=True, errors="strict", max_num_fields=50
-        )
+        if len(body) > _LOOP_BYTES:
+            pairs = await asyncio.to_thread(_pairs, body)
+        else:
+            pairs = _pairs(body)
     except (UnicodeDecodeError, ValueError) as exc:
         raise FormError(400, _unreadable(exc))
     fields: dict[str, str] = {}
     for key, value in pairs:
         fields.setdefault(key, value)
     return fields
+
+
+def _pairs(body: bytes) -> list[tuple[str, str]]:
+    return parse_qsl(
+        body.decode("ascii"), keep_blank_values=True, errors="strict", max_num_fields=50
+    )
 
 
 async def _read_body(request: Request, max_bytes: int) -> bytes:
@@ -182,16 +192,11 @@ def _too_large(max_bytes: int) -> str:
     return f"The request is larger than {max_bytes:,} bytes and was not read."
 
 
-def clean_text(text: str) -> str:
-    """``text`` without C0 control characters other than tab, line feed and carriage return."""
-    return text.translate(_CONTROLS)
-
-
 def is_blank(text: str) -> bool:
     """True when nothing in ``text`` would show: whitespace, format and filler characters."""
     return all(
         char.isspace() or char in _INVISIBLE or unicodedata.category(char) in ("Cf", "Cc")
-        for char in text
+        for char in text.strip()  # the ends' spaces in one C call, not one by one
     )
 
 
@@ -204,7 +209,7 @@ def message_from_fields(fields: dict[str, str], max_chars: int) -> MessageForm:
     """Validate a message form already read (see `read_message`)."""
     if "text" not in fields:
         raise FormError(400, "The form has no 'text' field; reload the page and retry.")
-    text = clean_text(fields["text"]).replace("\r\n", "\n").replace("\r", "\n")
+    text = message_text(fields["text"])
     if len(text) > max_chars:
         raise FormError(
             413,
@@ -227,7 +232,7 @@ async def read_title(request: Request) -> str:
     fields = await read_fields(request, 16_384)
     if "title" not in fields:
         raise FormError(400, "The form has no 'title' field; reload the page and retry.")
-    title = " ".join(clean_text(fields["title"]).split())
+    title = title_line(fields["title"])
     if is_blank(title):
         return ""
     if len(title) > MAX_TITLE_CHARS:

@@ -9,10 +9,14 @@ element -- the live stream and the stored transcript render the same way.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
+
+from markupsafe import Markup
 
 from webapp.stores.session import Segment
 from webapp.transcript import (
@@ -24,6 +28,7 @@ from webapp.transcript import (
     UserEntry,
 )
 from webapp.chats.tree import PathVersions, Versions
+from webapp.web.markdown import render_markdown
 
 ReplyStatus = Literal["streaming", "completed", "stopped", "failed"]
 TURN_SEPARATOR = "\n\n"
@@ -63,8 +68,12 @@ class ReplyView:
     error: str | None = None
     live_run_id: str | None = None  # the run streaming into it, when that is a continuation
     cut_short: bool = False  # the model stopped at its output limit (finish_reason "length")
+    # It failed while the model was writing its text (the endpoint's stream was cut,
+    # say): the text shown is unfinished, and goes on as a stopped reply's would.
+    cut_off: bool = False
     versions: Versions | None = None  # set when the reply has more than one version
     last: bool = True  # the last reply on the page: the only one that can be continued
+    html: Markup | None = None  # ``text`` as Markdown, when `render_replies` drew it
     kind = "assistant"  # for templates: which partial draws this item
 
     @property
@@ -74,7 +83,11 @@ class ReplyView:
 
     @property
     def can_continue(self) -> bool:
-        cut = self.status == "stopped" or (self.status == "completed" and self.cut_short)
+        cut = (
+            self.status == "stopped"
+            or (self.status == "completed" and self.cut_short)
+            or (self.status == "failed" and self.cut_off)
+        )
         return cut and self.last
 
     def add_text(self, text: str, *, new_turn: bool) -> str:
@@ -82,6 +95,7 @@ class ReplyView:
         if new_turn and self.text:
             text = TURN_SEPARATOR + text
         self.text += text
+        self.html = None  # drawn from the text before this
         return text
 
     def add_reasoning(self, text: str, *, new_turn: bool) -> str:
@@ -121,6 +135,21 @@ class UserView:
 ChatItem = Union[UserView, ReplyView]
 
 
+async def render_replies(items: Iterable[object]) -> None:
+    """Draw the Markdown of every finished reply among ``items`` (`ReplyView.html`) in
+    a worker thread: Markdown costs time with the text's length and shape (a second
+    for 100,000 characters of some), and on the event loop that second would stall
+    every other request. A reply streaming has no Markdown yet, only text."""
+    replies = [
+        i for i in items if isinstance(i, ReplyView) and i.status != "streaming" and i.html is None
+    ]
+    if not replies:
+        return
+    drawn = await asyncio.to_thread(lambda: [render_markdown(r.text) for r in replies])
+    for reply, html in zip(replies, drawn):
+        reply.html = html
+
+
 def tool_dom_id(call_id: str) -> str:
     """An HTML id for a tool card; call ids come from models, so never used raw."""
     return "tool-" + hashlib.sha1(call_id.encode("utf-8")).hexdigest()[:16]
@@ -149,6 +178,8 @@ def reply_from_entries(
             reply.finish_tool(entry)
     reply.text = TURN_SEPARATOR.join(texts)
     reply.reasoning = TURN_SEPARATOR.join(reasonings)
+    last = entries[-1] if entries else None
+    reply.cut_off = status == "failed" and isinstance(last, AssistantEntry) and bool(last.text)
     return reply
 
 

@@ -44,6 +44,7 @@ def reply_to_json(reply: ReplyView) -> dict[str, Any]:
         "error": reply.error,
         "live_run_id": reply.live_run_id,
         "cut_short": reply.cut_short,
+        "cut_off": reply.cut_off,
     }
 
 
@@ -70,6 +71,7 @@ def reply_from_json(data: dict[str, Any]) -> ReplyView:
         data["error"],
         data["live_run_id"],
         bool(data["cut_short"]),
+        cut_off=bool(data.get("cut_off")),  # absent from an older process's records
     )
 
 

@@ -64,7 +64,13 @@ from webapp.web.live.followers import Followers, publish_start, reply_to_json
 from webapp.web.fragments import Fragments
 from webapp.web.live.preloaded import preloaded, recording
 from webapp.web.live.run_state import RunState
-from webapp.web.view_models import ReplyStatus, ReplyView, reply_from_entries, split_run
+from webapp.web.view_models import (
+    ReplyStatus,
+    ReplyView,
+    render_replies,
+    reply_from_entries,
+    split_run,
+)
 
 logger = logging.getLogger("webapp.web.live.runs")
 
@@ -345,6 +351,7 @@ class RunManager:
             logger.exception("run %s: could not record its outcome", state.run_id)
             reply = state.reply
             reply.status, reply.error = "failed", f"The reply could not be saved: {exc}"
+        await render_replies([reply])  # its Markdown, off the event loop
         state.reply = reply
         state.finished = True
         html = self.fragments.final_reply(state.chat_id, reply)

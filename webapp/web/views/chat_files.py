@@ -61,7 +61,7 @@ async def import_chat(request: Request) -> Response:
         data = await read_upload(request, "file", file_format.MAX_FILE_BYTES)
     except FormError as exc:
         return await _refuse_import(request, exc.status, exc.message)
-    outcome = await app.chats.import_chat(data)
+    outcome = await app.chats.import_chat(data, max_message_chars=app.max_message_chars)
     if isinstance(outcome, BadChatFile):
         return await _refuse_import(request, 400, f"Not imported: {outcome.message}")
     return to_chat(request, outcome.chat.id)

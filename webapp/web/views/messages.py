@@ -44,8 +44,8 @@ NO_RUN = "There is no such run in this chat."
 NOTHING_TO_REGENERATE = "There is no reply to regenerate yet: send a message first."
 NO_VERSION = "That version is not on this chat's page any more. Reload the page to see it as it is."
 CANNOT_CONTINUE = (
-    "Only the last reply can be continued, and only when it was stopped or cut short "
-    "at the model's output limit."
+    "Only the last reply can be continued, and only when it was stopped, cut short "
+    "at the model's output limit or cut off while the model was writing."
 )
 BUSY_SWITCH = "A reply is still running in this chat. Wait for it to finish or press Stop first."
 
