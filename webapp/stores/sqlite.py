@@ -31,9 +31,11 @@ Invariants, each named for the failure it prevents:
   back and re-run with each write inside its own SAVEPOINT, so the failing
   one rolls back alone and the others commit;
 - retry only what provably never committed: SQLITE_BUSY at BEGIN, on a
-  statement inside the open transaction (then rolled back), or from a COMMIT
-  that left the transaction open. Any other COMMIT failure is reported, never
-  retried -- a retried checkpoint append would store a turn twice;
+  statement inside the open transaction (then rolled back), from a COMMIT
+  that left the transaction open, or from a lone statement run as its own
+  transaction (SQLite rolls that back when it cannot commit). Any other
+  COMMIT failure is reported, never retried -- a retried checkpoint append
+  would store a turn twice;
 - bounded waits: SQLite's own busy handler waits up to ``busy_timeout`` per
   attempt, and the store gives up with `StoreBusyError` once ``busy_timeout``
   has passed overall;
@@ -214,7 +216,8 @@ class SQLiteStore:
         """Write one statement, committed like `write`.
 
         Consecutive ones with the same SQL in a batch share one ``executemany``
-        call, the cheapest way to many small writes such as appends.
+        call, the cheapest way to many small writes such as appends; one alone
+        is its own transaction, with no BEGIN and COMMIT around it.
         """
         await self._submit("write", None, sql, params)
 
@@ -389,6 +392,9 @@ class SQLiteStore:
         """
         for job in jobs:
             job.error, job.result = None, None
+        if len(jobs) == 1 and jobs[0].sql is not None:
+            await _alone(db, jobs[0])
+            return []
         await db.execute("BEGIN IMMEDIATE")
         try:
             again = await (_isolated(db, jobs) if isolate else _together(db, jobs))
@@ -421,6 +427,23 @@ def _tell_written(jobs: list[_Job]) -> None:
     for job in jobs:
         if job.written is not None and job.error is None:
             job.future.get_loop().call_soon(job.written, job.result)
+
+
+async def _alone(db: aiosqlite.Connection, job: _Job) -> None:
+    """A lone one-statement write, outside any transaction: SQLite makes it a
+    transaction of its own and commits it before it returns -- one await where
+    BEGIN, the statement and COMMIT are three (an append's cost, beside its fsync).
+
+    Raises `_Retry` for a lock: a statement that cannot commit is rolled back
+    by SQLite itself, so a busy one provably never committed.
+    """
+    assert job.sql is not None
+    try:
+        await db.execute(job.sql, job.params)
+    except Exception as exc:  # noqa: BLE001 -- a lock is retried, the rest reported
+        if is_busy(exc):
+            raise _Retry from exc
+        job.error = exc
 
 
 async def _together(db: aiosqlite.Connection, jobs: list[_Job]) -> list[_Job] | None:
