@@ -17,7 +17,7 @@ Invariants, each named for the failure it prevents:
   never leaves tables without a version, or a version without its tables;
 - a file written by a newer release is refused, never downgraded;
 - a store nobody closed never hangs interpreter exit: the connection's
-  thread is a daemon (see `_connect_once`).
+  thread is a daemon (see `_daemon_made`).
 
 Everything goes through aiosqlite's public API: each statement is one
 ``await`` on the connection (a trip to its thread and back), and a
@@ -153,7 +153,7 @@ async def rollback(db: aiosqlite.Connection) -> None:
     await db.rollback()
 
 
-def in_transaction(begin: str, fn: DbFn[T]) -> DbFn[T]:
+def _in_transaction(begin: str, fn: DbFn[T]) -> DbFn[T]:
     """``fn`` between ``begin`` and COMMIT, rolled back if either fails."""
 
     async def transaction(db: aiosqlite.Connection) -> T:
@@ -250,7 +250,7 @@ async def open_connection(
     db = await _connect(path, busy_timeout, retry_delays)
     try:
         await _configure(db, path, wal=wal, busy_timeout=busy_timeout, synchronous=synchronous)
-        apply = in_transaction("BEGIN IMMEDIATE", lambda conn: schema.apply(conn, path))
+        apply = _in_transaction("BEGIN IMMEDIATE", lambda conn: schema.apply(conn, path))
         await retrying(db, apply, LockWait(path, busy_timeout), "running a transaction")
     except BaseException:
         await db.close()
@@ -304,8 +304,9 @@ def _daemon_made(make: Callable[[], T]) -> T:
     connection object and not marked as a daemon, so a store nobody closed
     would keep the interpreter from exiting. A new thread is a daemon when
     the thread creating it is one (`threading.Thread`'s documented default),
-    so the connection is created on one. Every write that returned has
-    committed, so letting exit stop that thread loses nothing.
+    so the connection is created on one (tests/stores/test_sqlite_machinery.py
+    fails if a release of aiosqlite creates its thread later). Every write that
+    returned has committed, so letting exit stop that thread loses nothing.
     """
     made: list[T] = []
     failed: list[BaseException] = []
