@@ -440,7 +440,7 @@ async def _alone(db: aiosqlite.Connection, job: _Job) -> None:
     assert job.sql is not None
     try:
         await db.execute(job.sql, job.params)
-    except Exception as exc:  # noqa: BLE001 -- a lock is retried, the rest reported
+    except Exception as exc:
         if is_busy(exc):
             raise _Retry from exc
         job.error = exc
