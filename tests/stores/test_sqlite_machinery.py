@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -591,33 +589,3 @@ async def test_the_event_loop_goes_on_while_a_write_waits_for_a_lock(tmp_path: P
             other.close()
         assert ticks >= 10
         assert await names(store) == ["late"]
-
-
-KEPT_OPEN = """
-import asyncio, sys
-from webapp.stores.sqlite_session import SQLiteSession
-from webapp.transcript import UserEntry
-
-KEPT = SQLiteSession(sys.argv[1], wal=True)  # referenced to the end, never closed
-
-asyncio.run(KEPT.append("s", [UserEntry("kept")], run_id="r"))
-print("appended")
-"""
-
-
-def test_a_store_still_referenced_at_exit_does_not_hang_it(tmp_path: Path) -> None:
-    # Garbage collection cannot stop this store's thread before exit, as it may for
-    # one nobody refers to any more: only a daemon thread lets the interpreter go.
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run(
-        [sys.executable, "-c", KEPT_OPEN, str(tmp_path / "s.db")],
-        check=False,
-        cwd=root,
-        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=20,
-    )
-    assert (proc.returncode, proc.stdout.strip()) == (0, "appended"), proc.stderr
-    with closing(raw(tmp_path / "s.db")) as conn:
-        assert conn.execute("SELECT run_id FROM session_segments").fetchall() == [("r",)]

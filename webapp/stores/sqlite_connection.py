@@ -304,7 +304,7 @@ def _daemon_made(make: Callable[[], T]) -> T:
     connection object and not marked as a daemon, so a store nobody closed
     would keep the interpreter from exiting. A new thread is a daemon when
     the thread creating it is one (`threading.Thread`'s documented default),
-    so the connection is created on one (tests/stores/test_sqlite_machinery.py
+    so the connection is created on one (tests/stores/test_sqlite_processes.py
     fails if a release of aiosqlite creates its thread later). Every write that
     returned has committed, so letting exit stop that thread loses nothing.
     """
