@@ -1,5 +1,4 @@
-"""Fixtures shared by every test folder: a throwaway PostgreSQL server (see tests/postgres.py),
-and a count of the trips to SQLite connections' threads.
+"""Fixtures shared by every test folder: a throwaway PostgreSQL server (see tests/postgres.py).
 
 The server starts on first use only, so a run without PostgreSQL tests never
 pays for it. Without PostgreSQL binaries those tests are skipped on a
@@ -8,10 +7,8 @@ developer's machine, but fail under CI=true: CI must never skip them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
-import aiosqlite
 import pytest
 from postgres import Cluster, NoPostgres, missing_postgres
 
@@ -32,22 +29,3 @@ def postgres_cluster() -> Iterator[Cluster]:
 def postgres_dsn(postgres_cluster: Cluster) -> str:
     """A ``postgresql://`` URL whose tables are this test's own (an empty schema)."""
     return postgres_cluster.new_dsn()
-
-
-@pytest.fixture
-def count_sqlite_trips(monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[int]]:
-    """``trips = count_sqlite_trips()`` counts, from then on, the trips to any aiosqlite
-    connection's thread in ``trips[0]`` (every call there goes through ``_execute``)."""
-
-    def start() -> list[int]:
-        trips = [0]
-        real = aiosqlite.Connection._execute
-
-        async def counted(self: aiosqlite.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
-            trips[0] += 1
-            return await real(self, fn, *args, **kwargs)
-
-        monkeypatch.setattr(aiosqlite.Connection, "_execute", counted)
-        return trips
-
-    return start

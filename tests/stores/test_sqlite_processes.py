@@ -139,3 +139,32 @@ def test_a_store_nobody_closed_does_not_hang_interpreter_exit(tmp_path: Path) ->
     proc = run_child(tmp_path / "s.db", "wal", "leave-open")
     assert proc.returncode == 0, proc.stderr
     assert "exited without close" in proc.stdout
+
+
+KEPT_OPEN = """
+import asyncio, sys
+from webapp.stores.sqlite_session import SQLiteSession
+from webapp.transcript import UserEntry
+
+KEPT = SQLiteSession(sys.argv[1], wal=True)  # referenced to the end, never closed
+
+asyncio.run(KEPT.append("s", [UserEntry("kept")], run_id="r"))
+print("appended")
+"""
+
+
+def test_a_store_still_referenced_at_exit_does_not_hang_it(tmp_path: Path) -> None:
+    # Garbage collection cannot stop this store's thread before exit, as it may for
+    # one nobody refers to any more: only a daemon thread lets the interpreter go.
+    proc = subprocess.run(
+        [sys.executable, "-c", KEPT_OPEN, str(tmp_path / "s.db")],
+        check=False,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    assert (proc.returncode, proc.stdout.strip()) == (0, "appended"), proc.stderr
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        assert conn.execute("SELECT run_id FROM session_segments").fetchall() == [("r",)]

@@ -4,31 +4,28 @@
   those, so rows with nothing to trim are never written and what a newer
   release stored survives; checked against `InMemorySession`, the reference;
 - load: entries are built from the decoded dicts directly, so every odd row
-  must still decode (or fail) exactly as `entry_from_dict` would have it;
-- writes: a transaction of statements is one trip to the connection's thread,
-  and a lone one on an idle store runs in its caller's task -- under the
-  same lock, failure and cancellation rules as the worker's batches.
+  must still decode (or fail) exactly as `entry_from_dict` would have it, and
+  the cyclic collector is paused only while they are built.
+
+(How writes are run -- group commit, locks, failures, cancellation -- is
+tests/stores/test_sqlite_machinery.py's.)
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import gc
 import json
 import sqlite3
-import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
 import pytest
 
 from webapp.stores.session import InMemorySession, longest_untrimmed, trim_output
-from webapp.stores.sqlite import SQLiteStore, StoredDataError
-from webapp.stores.sqlite_connection import StoreBusyError, on_connection_thread
+from webapp.stores.sqlite import StoredDataError
 from webapp.stores.sqlite_session import SQLiteSession
 from webapp.transcript import (
     AssistantEntry,
@@ -365,224 +362,6 @@ async def test_append_writes_what_entry_to_dict_writes(tmp_path: Path) -> None:
                 "SELECT entries_json FROM session_segments WHERE run_id = ?", (run_id,)
             ).fetchone()
         assert text == json.dumps([entry_to_dict(e) for e in EVERY_KIND], ensure_ascii=False)
-
-
-# --- writes: one trip, and no worker when the store is idle ---------------------------------
-
-SCHEMA = "CREATE TABLE items (name TEXT PRIMARY KEY, note TEXT);"
-INSERT = "INSERT INTO items (name) VALUES (?)"
-
-
-def make_store(path: Path, **options: Any) -> SQLiteStore:
-    return SQLiteStore(path, schema_name="items", schema_version=1, schema_sql=SCHEMA, **options)
-
-
-async def names(store: SQLiteStore) -> list[str]:
-    return [r[0] for r in await store.fetchall("SELECT name FROM items ORDER BY name")]
-
-
-@WAL
-async def test_a_statement_write_is_one_trip_and_needs_no_worker(
-    tmp_path: Path,
-    wal: bool,
-    monkeypatch: pytest.MonkeyPatch,
-    count_sqlite_trips: Callable[[], list[int]],
-) -> None:
-    async with make_store(tmp_path / "items.db", wal=wal) as store:
-        await names(store)  # opened
-        trips = count_sqlite_trips()
-        workers = [0]
-        real_work = SQLiteStore._work
-
-        async def counted_work(self: SQLiteStore) -> None:
-            workers[0] += 1
-            await real_work(self)
-
-        monkeypatch.setattr(SQLiteStore, "_work", counted_work)
-        for name in ("a", "b", "c"):
-            await store.execute(INSERT, (name,))
-        assert await names(store) == ["a", "b", "c"]
-        assert (trips[0], workers[0]) == (4, 0)  # BEGIN, INSERT and COMMIT in one trip
-
-        # Writes arriving together still share one transaction: group commit.
-        trips[0] = 0
-        await asyncio.gather(*(store.execute(INSERT, (f"n{i:02d}",)) for i in range(30)))
-        assert trips[0] <= 3 and workers[0] == 1
-        assert len(await names(store)) == 33
-
-
-JobKind = Callable[[SQLiteStore, str], Awaitable[Any]]
-
-
-async def as_statement(store: SQLiteStore, name: str) -> None:
-    await store.execute(INSERT, (name,))
-
-
-async def as_function(store: SQLiteStore, name: str) -> None:
-    def fn(conn: sqlite3.Connection) -> None:
-        conn.execute(INSERT, (name,))
-
-    await store.write(fn)
-
-
-KINDS = pytest.mark.parametrize("write", [as_statement, as_function], ids=["sql", "fn"])
-
-
-@WAL
-async def test_a_transaction_is_one_trip_however_many_statements(
-    tmp_path: Path, wal: bool, count_sqlite_trips: Callable[[], list[int]]
-) -> None:
-    async with make_store(tmp_path / "items.db", wal=wal) as store:
-        await names(store)  # opened
-        trips = count_sqlite_trips()
-
-        def three(conn: sqlite3.Connection) -> int:
-            for name in ("a", "b", "c"):
-                conn.execute(INSERT, (name,))
-            return int(conn.execute("SELECT count(*) FROM items").fetchone()[0])
-
-        def two_reads(conn: sqlite3.Connection) -> tuple[int, list[str]]:
-            count = conn.execute("SELECT count(*) FROM items").fetchone()[0]
-            return count, [r[0] for r in conn.execute("SELECT name FROM items ORDER BY name")]
-
-        assert await store.write(three) == 3
-        assert trips[0] == 1  # BEGIN, three INSERTs, the SELECT and COMMIT
-        assert await store.read(two_reads) == (3, ["a", "b", "c"])
-        assert trips[0] == 2
-
-
-async def test_a_read_sees_one_state_while_another_connection_commits(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "items.db"
-    async with make_store(path, wal=True) as store:
-        await store.execute(INSERT, ("before",))
-
-        def read(conn: sqlite3.Connection) -> tuple[list[str], list[str]]:
-            first = [r[0] for r in conn.execute("SELECT name FROM items ORDER BY name")]
-            with closing(raw(path)) as other:  # commits between the read's two statements
-                other.execute(INSERT, ("meanwhile",))
-            second = [r[0] for r in conn.execute("SELECT name FROM items ORDER BY name")]
-            return first, second
-
-        assert await store.read(read) == (["before"], ["before"])
-        assert await names(store) == ["before", "meanwhile"]  # the read ended: seen now
-
-
-async def test_a_failing_write_of_several_statements_fails_alone_in_its_batch(
-    tmp_path: Path,
-) -> None:
-    async with make_store(tmp_path / "items.db") as store:
-        await store.execute(INSERT, ("taken",))
-
-        def insert(name: str) -> Callable[[sqlite3.Connection], str]:
-            def fn(conn: sqlite3.Connection) -> str:
-                conn.execute(INSERT, (name,))
-                conn.execute("UPDATE items SET note = 'x' WHERE name = ?", (name,))
-                return name
-
-            return fn
-
-        results = await asyncio.gather(
-            *(store.write(insert(n)) for n in ("a", "taken", "b", "c")),
-            return_exceptions=True,
-        )
-        assert results[0] == "a" and results[2:] == ["b", "c"]
-        assert isinstance(results[1], sqlite3.IntegrityError)
-        assert await names(store) == ["a", "b", "c", "taken"]
-        rows = await store.fetchall("SELECT name FROM items WHERE note = 'x' ORDER BY name")
-        assert [r[0] for r in rows] == ["a", "b", "c"]  # each write whole, none half done
-
-
-@KINDS
-@WAL
-async def test_a_write_waits_out_another_connections_lock_and_lands_once(
-    tmp_path: Path, wal: bool, write: JobKind
-) -> None:
-    path = tmp_path / "items.db"
-    async with make_store(path, wal=wal) as store:
-        await names(store)
-        other = raw(path)
-        other.execute("BEGIN IMMEDIATE")
-        asyncio.get_running_loop().call_later(0.3, other.execute, "COMMIT")
-        await write(store, "late")
-        assert await names(store) == ["late"]
-        other.close()
-
-
-@KINDS
-async def test_a_commit_blocked_by_a_reader_is_retried_then_given_up_cleanly(
-    tmp_path: Path, write: JobKind
-) -> None:
-    path = tmp_path / "items.db"
-    async with make_store(path, wal=False, busy_timeout=0.3) as store:
-        await names(store)
-        reader = raw(path)
-        reader.execute("BEGIN")
-        reader.execute("SELECT count(*) FROM items").fetchone()
-        with pytest.raises(StoreBusyError, match="nothing was written"):
-            await write(store, "blocked")
-        reader.execute("COMMIT")
-        reader.close()
-        assert await names(store) == []
-        await write(store, "later")
-        assert await names(store) == ["later"]
-
-
-@KINDS
-async def test_a_lone_failing_write_gets_its_error_and_the_store_goes_on(
-    tmp_path: Path, write: JobKind
-) -> None:
-    async with make_store(tmp_path / "items.db") as store:
-        await write(store, "a")
-        with pytest.raises(sqlite3.IntegrityError):
-            await write(store, "a")
-        await write(store, "b")
-        assert await names(store) == ["a", "b"]
-
-
-@WAL
-async def test_a_caller_cancelled_mid_write_leaves_it_whole_and_the_store_usable(
-    tmp_path: Path, wal: bool
-) -> None:
-    path = tmp_path / "items.db"
-    async with make_store(path, wal=wal) as store:
-        await names(store)
-        other = raw(path)
-        other.execute("BEGIN IMMEDIATE")  # the write's BEGIN waits inside SQLite for this
-        doomed = asyncio.ensure_future(store.execute(INSERT, ("doomed",)))  # runs inline
-        await asyncio.sleep(0.1)
-        queued = asyncio.ensure_future(store.execute(INSERT, ("queued",)))  # waits its turn
-        await asyncio.sleep(0.05)
-        doomed.cancel()
-        await asyncio.sleep(0.05)
-        other.execute("COMMIT")
-        other.close()
-        with pytest.raises(asyncio.CancelledError):
-            await doomed
-        await asyncio.wait_for(queued, 5)
-        # The cancelled write had started its one trip: it ran to its COMMIT.
-        assert await names(store) == ["doomed", "queued"]
-        await store.execute(INSERT, ("after",))
-        assert await names(store) == ["after", "doomed", "queued"]
-
-
-async def test_on_connection_thread_runs_on_the_connections_own_thread(tmp_path: Path) -> None:
-    async with aiosqlite.connect(tmp_path / "x.db", isolation_level=None) as db:
-        await db.execute("CREATE TABLE t (v)")
-        seen: list[Any] = []
-
-        def fn(conn: sqlite3.Connection) -> int:
-            seen.append(threading.get_ident())
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("INSERT INTO t VALUES (1), (2)")
-            conn.execute("COMMIT")
-            return conn.total_changes
-
-        assert await on_connection_thread(db, fn) == 2
-        assert seen != [threading.get_ident()]
-        assert db.total_changes == 2  # the same connection aiosqlite drives
-        assert list(await db.execute_fetchall("SELECT count(*) FROM t")) == [(2,)]
 
 
 @pytest.mark.parametrize("collecting", [True, False])

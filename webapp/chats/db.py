@@ -8,12 +8,13 @@ from the location: a file path is the SQLite file the app has always used
 database, shared by any number of processes. Where the dialects differ (the
 search index, a session append's lock) the code asks ``tx.dialect``.
 
-On SQLite a transaction runs whole on the connection's own thread: its
-function is a coroutine, but the `Tx` it is handed there runs each statement
-at once, so it never suspends and `run_to_end` drives it in one go. That is
-one trip to the thread per transaction, not one per statement (each trip
-waits for the event loop's thread to let go of the GIL). A transaction
-function must therefore await nothing but its ``tx``.
+On SQLite a transaction is a job of the store's one connection
+(`webapp.stores.sqlite.SQLiteStore`: writes serialized, queued ones committed
+together): each statement is awaited through aiosqlite, one after another,
+between the store's BEGIN and COMMIT. Whatever else a transaction function
+awaits holds up the store's other jobs and the file's write lock meanwhile,
+so it should await nothing but its ``tx``; it must not call the chat
+database itself (refused: it would wait for itself).
 
 On PostgreSQL the ``?`` placeholders become ``$1``, ``$2``... once per
 statement text (cached), and a statement's row count comes from its status
@@ -25,10 +26,10 @@ from __future__ import annotations
 
 import os
 import re
-import sqlite3
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
+import aiosqlite
 import asyncpg
 
 from webapp.stores import postgres_checkpoint, postgres_session, sqlite_checkpoint, sqlite_session
@@ -58,35 +59,24 @@ TxFn = Callable[[Tx], Coroutine[Any, Any, T]]
 
 
 class SQLiteTx:
-    """A transaction on the plain connection, on its own thread: nothing here suspends."""
+    """A transaction on the store's aiosqlite connection, opened and ended by the store."""
 
     dialect: Dialect = "sqlite"
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self.db = db
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
-        return self.conn.execute(sql, params).fetchall()
+        return list(await self.db.execute_fetchall(sql, params))
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self.conn.execute(sql, params).rowcount
+        cursor = await self.db.execute(sql, params)
+        return cursor.rowcount
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        self.conn.executemany(sql, rows)
-
-
-def run_to_end(fn: TxFn[T], conn: sqlite3.Connection) -> T:
-    """``fn`` on a `SQLiteTx` of ``conn``, driven to its end here and now."""
-    work = fn(SQLiteTx(conn))
-    try:
-        work.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    work.close()
-    raise RuntimeError(
-        f"{fn!r} awaited something besides its transaction; a transaction function "
-        "must await only its tx (it runs whole on the database's thread)"
-    )
+        batch = [tuple(r) for r in rows]
+        if batch:  # nothing to send the connection's thread
+            await self.db.executemany(sql, batch)
 
 
 _PLACEHOLDER = re.compile(r"\?")
@@ -177,10 +167,10 @@ class _SQLiteChats(SQLiteBacked):
         super().__init__(path, wal=True)  # WAL: the file is shared with the other stores
 
     async def read(self, fn: TxFn[T]) -> T:
-        return await self._store.read(lambda conn: run_to_end(fn, conn))
+        return await self._store.read(lambda db: fn(SQLiteTx(db)))
 
     async def write(self, fn: TxFn[T], *, written: Callable[[T], None] | None = None) -> T:
-        return await self._store.write(lambda conn: run_to_end(fn, conn), written=written)
+        return await self._store.write(lambda db: fn(SQLiteTx(db)), written=written)
 
 
 class _PostgresChats(PostgresBacked):

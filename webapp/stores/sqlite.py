@@ -2,15 +2,14 @@
 
 `SQLiteStore` owns a single persistent aiosqlite connection (opened lazily by
 `webapp.stores.sqlite_connection`, which also holds the schema and lock-wait
-rules) and a single worker task that runs the jobs on it one at a time (a
-lone job on an idle store runs in its caller's task instead, as the worker
-would: no task to start and wake for it). `SQLiteBacked` is the base of a
-store built on one. Callers hand it jobs:
+rules) and a single worker task, the only code that ever uses it, which runs
+the jobs one at a time. `SQLiteBacked` is the base of a store built on one.
+Callers hand it jobs:
 
-- ``await store.read(fn)`` runs ``fn(conn)`` inside a read transaction, so a
-  read of several statements sees one consistent state and never sees a
+- ``await store.read(fn)`` runs ``await fn(db)`` inside a read transaction, so
+  a read of several statements sees one consistent state and never sees a
   write that has not committed;
-- ``await store.write(fn)`` queues ``fn(conn)``; the worker drains every write
+- ``await store.write(fn)`` queues ``fn``; the worker drains every write
   queued at that moment into ONE ``BEGIN IMMEDIATE ... COMMIT`` (group
   commit: one fsync for many writes, which is what lets 50 tasks append
   thousands of segments a second with ``synchronous=FULL``). ``write``
@@ -19,34 +18,38 @@ store built on one. Callers hand it jobs:
   are the one-statement forms; consecutive ``execute`` jobs with the same SQL
   in one batch share a single ``executemany``.
 
-``fn`` is a plain function of the `sqlite3.Connection`, run on the
-connection's own thread (so it must not touch asyncio), and a transaction --
-BEGIN, every job of the batch, COMMIT -- is one trip there and back. A trip
-costs about what a small write itself does, and far more while the event
-loop is busy (the thread waits for the GIL): one per transaction, not one
-per statement, is what brings an append close to the cost of its fsync.
+``fn`` is a coroutine function of the `aiosqlite.Connection`; it awaits each
+statement through aiosqlite's public API (``execute``, ``executemany``,
+``execute_fetchall``, a cursor's fetches). Whatever else it awaits holds up
+every other job of the store, and the file's write lock, meanwhile.
 
 Invariants, each named for the failure it prevents:
 - one job at a time on the connection: a read can never run inside the
   writer's open transaction and see its uncommitted state;
 - one failing write never takes its batch down: a batch first runs without
-  savepoints (each one costs a statement); if any write fails it is rolled
+  savepoints (each one costs statements); if any write fails it is rolled
   back and re-run with each write inside its own SAVEPOINT, so the failing
   one rolls back alone and the others commit;
 - retry only what provably never committed: SQLITE_BUSY at BEGIN, on a
-  statement inside the open transaction (then rolled back), or from a COMMIT
-  that left the transaction open. Any other COMMIT failure is reported, never
-  retried -- a retried checkpoint append would store a turn twice;
+  statement inside the open transaction (then rolled back), from a COMMIT
+  that left the transaction open, or from a lone statement run as its own
+  transaction (SQLite rolls that back when it cannot commit). Any other
+  COMMIT failure is reported, never retried -- a retried checkpoint append
+  would store a turn twice;
 - bounded waits: SQLite's own busy handler waits up to ``busy_timeout`` per
   attempt, and the store gives up with `StoreBusyError` once ``busy_timeout``
   has passed overall;
 - a transient open failure is ridden out (``OPEN_RETRY_DELAYS``): only the
   connect is retried, before any job has run, never a write that may have
-  committed.
+  committed;
+- a transaction is never left open: its callers wait on futures while the
+  worker runs it, so a cancelled caller cannot stop it halfway, and the
+  worker itself rolls back before it gives way to a cancellation.
 
 Because a batch may be re-run, a write function must only act through the
-``conn`` it is given and keep no state outside it; encode values before calling
-``write`` so that bad input fails in the caller, not in the batch.
+``db`` it is given and keep no state outside it; encode values before calling
+``write`` so that bad input fails in the caller, not in the batch. It must
+not call its own store (it would wait for itself: refused with RuntimeError).
 A caller cancelled while its write waits in the queue has it skipped; once
 its batch has started the write commits (or fails) regardless.
 """
@@ -59,20 +62,20 @@ import sqlite3
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, ClassVar, Literal, Self, TypeVar
 
 import aiosqlite
 
 from webapp.stores.codec import StoredDataError  # its home is the shared codec; named here too
 from webapp.stores.sqlite_connection import (
+    DbFn,
     LockWait,
     Schema,
     StoreBusyError,
     is_busy,
-    on_connection_thread,
     open_connection,
     retrying,
+    rollback,
 )
 
 __all__ = [
@@ -95,36 +98,33 @@ class _Retry(Exception):
     """Internal: the transaction was rolled back because of a lock; run it again."""
 
 
-Fn = Callable[[sqlite3.Connection], Any]
-
-
 @dataclass
 class _Job:
     kind: Literal["read", "write", "close"]
     future: asyncio.Future[Any]
-    fn: Fn | None = None
+    fn: DbFn[Any] | None = None
     sql: str | None = None  # a one-statement job: run with ``params`` instead of ``fn``
     params: Any = ()
     result: Any = None
     error: BaseException | None = None
     written: Callable[[Any], None] | None = None  # told the result before the COMMIT
 
-    def run(self, conn: sqlite3.Connection) -> Any:
-        """The job's work, on the connection's own thread."""
+    async def run(self, db: aiosqlite.Connection) -> Any:
+        """The job's work: its function, or its one statement's rows."""
         if self.sql is not None:
-            return conn.execute(self.sql, self.params).fetchall()
+            return list(await db.execute_fetchall(self.sql, self.params))
         assert self.fn is not None
-        return self.fn(conn)
+        return await self.fn(db)
 
-    def read(self, conn: sqlite3.Connection) -> Any:
+    async def read(self, db: aiosqlite.Connection) -> Any:
         """`run` as a read: a function in a read transaction (one statement is one)."""
         if self.sql is not None:
-            return self.run(conn)
-        conn.execute("BEGIN")
+            return await self.run(db)
+        await db.execute("BEGIN")
         try:
-            return self.run(conn)
+            return await self.run(db)
         finally:
-            _rollback_now(conn)  # a read transaction ends the same either way
+            await rollback(db)  # a read transaction ends the same either way
 
 
 class SQLiteStore:
@@ -150,8 +150,8 @@ class SQLiteStore:
         await chats.execute("INSERT INTO chats (id, title) VALUES (?, ?)", (chat_id, title))
         rows = await chats.fetchall("SELECT id, title FROM chats ORDER BY id")
 
-        def rename(conn: sqlite3.Connection) -> int:  # several statements, one transaction
-            cursor = conn.execute("UPDATE chats SET title = ? WHERE id = ?", (title, chat_id))
+        async def rename(db: aiosqlite.Connection) -> int:  # several statements, one transaction
+            cursor = await db.execute("UPDATE chats SET title = ? WHERE id = ?", (title, chat_id))
             return cursor.rowcount
 
         changed = await chats.write(rename)
@@ -188,23 +188,19 @@ class SQLiteStore:
         self._db: aiosqlite.Connection | None = None
         self._jobs: deque[_Job] = deque()
         self._worker: asyncio.Task[None] | None = None
-        self._inline = False  # a job is running in its caller's task (`_run_inline`)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.schema_name!r} path={self.path!r} wal={self.wal}>"
 
     # --- public API -----------------------------------------------------------
 
-    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn(conn)`` in a read transaction, on the connection's thread; retried
-        if the file is locked."""
+    async def read(self, fn: DbFn[T]) -> T:
+        """``await fn(db)`` in a read transaction; run again if the file is locked."""
         return await self._submit("read", fn)  # type: ignore[no-any-return]
 
-    async def write(
-        self, fn: Callable[[sqlite3.Connection], T], *, written: Callable[[T], None] | None = None
-    ) -> T:
-        """Run ``fn(conn)`` in a committed transaction (maybe shared with other writes),
-        on the connection's thread; a re-run batch calls it again.
+    async def write(self, fn: DbFn[T], *, written: Callable[[T], None] | None = None) -> T:
+        """``await fn(db)`` in a committed transaction (maybe shared with other writes);
+        a re-run batch calls it again.
 
         ``written``, if given, is called on the event loop with ``fn``'s result as the
         transaction starts to COMMIT (its fsync): work that needs the result, not its
@@ -217,7 +213,8 @@ class SQLiteStore:
         """Write one statement, committed like `write`.
 
         Consecutive ones with the same SQL in a batch share one ``executemany``
-        call, the cheapest way to many small writes such as appends.
+        call, the cheapest way to many small writes such as appends; one alone
+        is its own transaction, with no BEGIN and COMMIT around it.
         """
         await self._submit("write", None, sql, params)
 
@@ -243,55 +240,24 @@ class SQLiteStore:
     async def _submit(
         self,
         kind: Literal["read", "write", "close"],
-        fn: Fn | None,
+        fn: DbFn[Any] | None,
         sql: str | None = None,
         params: Any = (),
         written: Callable[[Any], None] | None = None,
     ) -> Any:
+        worker = self._worker
+        if worker is not None and worker is asyncio.current_task():
+            raise RuntimeError(
+                f"a job of {self!r} called the same store: it would wait for itself. "
+                "Do that work through the connection the job was given."
+            )
         loop = asyncio.get_running_loop()
         job = _Job(kind, loop.create_future(), fn, sql, params, written=written)
-        if self._runs_inline(job):
-            await self._run_inline(job, loop)
-        else:
-            self._jobs.append(job)
-            self._start_worker(loop)
-        return await job.future
-
-    def _runs_inline(self, job: _Job) -> bool:
-        """A job on an idle, open store needs no worker to start and wake."""
-        worker = self._worker
-        return (
-            job.kind != "close"
-            and self._db is not None
-            and not self._inline
-            and not self._jobs
-            and (worker is None or worker.done())
-        )
-
-    async def _run_inline(self, job: _Job, loop: asyncio.AbstractEventLoop) -> None:
-        """Run ``job`` in its caller's task, as the worker would; jobs queued meanwhile wait.
-
-        Two turns of the event loop less per job, and the rules hold: one job on
-        the connection (others queue while this runs), and a cancelled caller
-        never leaves a write half done (its transaction is one trip to the
-        connection's thread, which finishes it either way).
-        """
-        self._inline = True
-        try:
-            step = self._run_writes([job]) if job.kind == "write" else self._run_read(job)
-            await self._guarded([job], step)
-        finally:
-            self._inline = False
-            if self._jobs:
-                self._start_worker(loop)
-
-    def _start_worker(self, loop: asyncio.AbstractEventLoop) -> None:
-        if self._inline:
-            return  # the job running in its caller's task starts one when it ends
-        worker = self._worker
+        self._jobs.append(job)
         # A worker left behind by a closed event loop will never run again.
         if worker is None or worker.done() or worker.get_loop() is not loop:
             self._worker = loop.create_task(self._work())
+        return await job.future
 
     async def _work(self) -> None:
         try:
@@ -391,7 +357,7 @@ class SQLiteStore:
         pending = list(jobs)
         while pending:
             try:
-                pending = await on_connection_thread(db, partial(self._attempt, pending, isolate))
+                pending = await self._attempt(db, pending, isolate)
             except (sqlite3.OperationalError, _Retry) as exc:
                 if isinstance(exc, sqlite3.OperationalError) and not is_busy(exc):
                     self._fail(pending, exc)  # nothing committed; the cause is not a lock
@@ -412,32 +378,35 @@ class SQLiteStore:
             job.error = exc
             job.result = None
 
-    def _attempt(self, jobs: list[_Job], isolate: bool, conn: sqlite3.Connection) -> list[_Job]:
+    async def _attempt(
+        self, db: aiosqlite.Connection, jobs: list[_Job], isolate: bool
+    ) -> list[_Job]:
         """One pass over the batch in its own transaction, BEGIN to COMMIT.
 
-        Runs on the connection's own thread; the task running the batch awaits
-        it, so nothing else touches ``jobs`` meanwhile. Returns the jobs to run
-        again, each in its own savepoint (after a rollback, when a write
-        failed), or ``[]`` once the batch is settled. Raises `_Retry` after
-        rolling back because of a lock.
+        Returns the jobs to run again, each in its own savepoint (after a
+        rollback, when a write failed), or ``[]`` once the batch is settled.
+        Raises `_Retry` after rolling back because of a lock.
         """
         for job in jobs:
             job.error, job.result = None, None
-        conn.execute("BEGIN IMMEDIATE")
+        if len(jobs) == 1 and jobs[0].sql is not None:
+            await _alone(db, jobs[0])
+            return []
+        await db.execute("BEGIN IMMEDIATE")
         try:
-            again = _isolated(jobs, conn) if isolate else _together(jobs, conn)
+            again = await (_isolated(db, jobs) if isolate else _together(db, jobs))
             if again is not None:  # rolled back: nothing of the batch is written
                 return again
             _tell_written(jobs)
             try:
-                conn.execute("COMMIT")
+                await db.execute("COMMIT")
             except sqlite3.Error as exc:
-                retry = is_busy(exc) and conn.in_transaction
-                _rollback_now(conn)
+                retry = is_busy(exc) and db.in_transaction
+                await rollback(db)
                 self._commit_failed(jobs, exc, retry)
             return []
         except BaseException:
-            _rollback_now(conn)  # never leave the connection mid-transaction
+            await rollback(db)  # never leave the connection mid-transaction
             raise
 
     def _commit_failed(self, jobs: list[_Job], exc: sqlite3.Error, retry: bool) -> None:
@@ -450,18 +419,31 @@ class SQLiteStore:
 
 
 def _tell_written(jobs: list[_Job]) -> None:
-    """Hand each job's result to its ``written`` callback, on its event loop."""
+    """Hand each job's result to its ``written`` callback, on the event loop's next turn
+    (while the COMMIT runs on the connection's thread)."""
     for job in jobs:
         if job.written is not None and job.error is None:
-            job.future.get_loop().call_soon_threadsafe(job.written, job.result)
+            job.future.get_loop().call_soon(job.written, job.result)
 
 
-def _rollback_now(conn: sqlite3.Connection) -> None:
-    if conn.in_transaction:
-        conn.execute("ROLLBACK")
+async def _alone(db: aiosqlite.Connection, job: _Job) -> None:
+    """A lone one-statement write, outside any transaction: SQLite makes it a
+    transaction of its own and commits it before it returns -- one await where
+    BEGIN, the statement and COMMIT are three (an append's cost, beside its fsync).
+
+    Raises `_Retry` for a lock: a statement that cannot commit is rolled back
+    by SQLite itself, so a busy one provably never committed.
+    """
+    assert job.sql is not None
+    try:
+        await db.execute(job.sql, job.params)
+    except Exception as exc:
+        if is_busy(exc):
+            raise _Retry from exc
+        job.error = exc
 
 
-def _together(jobs: list[_Job], conn: sqlite3.Connection) -> list[_Job] | None:
+async def _together(db: aiosqlite.Connection, jobs: list[_Job]) -> list[_Job] | None:
     """The batch's writes without savepoints: None once all ran, else (one failed and
     all was rolled back) the ones to run again."""
     index = 0
@@ -469,34 +451,34 @@ def _together(jobs: list[_Job], conn: sqlite3.Connection) -> list[_Job] | None:
         group = _same_statement(jobs, index)
         try:
             if len(group) > 1:
-                conn.executemany(str(group[0].sql), [j.params for j in group])
+                await db.executemany(str(group[0].sql), [j.params for j in group])
             else:
-                group[0].result = group[0].run(conn)
+                group[0].result = await group[0].run(db)
         except Exception as exc:  # noqa: BLE001 -- a lock is retried, the rest reported
-            _rollback_now(conn)
+            await rollback(db)
             return _after_failed_write(jobs, exc)
         index += len(group)
     return None
 
 
-def _isolated(jobs: list[_Job], conn: sqlite3.Connection) -> list[_Job] | None:
+async def _isolated(db: aiosqlite.Connection, jobs: list[_Job]) -> list[_Job] | None:
     """Each write in its own savepoint, so a failing one rolls back alone: None once
     all ran, else (SQLite rolled everything back itself) the ones to run again."""
     for job in jobs:
-        conn.execute("SAVEPOINT write")
+        await db.execute("SAVEPOINT write")
         try:
-            job.result = job.run(conn)
+            job.result = await job.run(db)
         except Exception as exc:
             if is_busy(exc):
-                _rollback_now(conn)
+                await rollback(db)
                 raise _Retry from exc
             job.error = exc
-            if not conn.in_transaction:
+            if not db.in_transaction:
                 # SQLite rolled the whole transaction back itself: nothing
                 # committed, so the others may simply run again.
                 return [j for j in jobs if j is not job]
-            conn.execute("ROLLBACK TO write")
-        conn.execute("RELEASE write")
+            await db.execute("ROLLBACK TO write")
+        await db.execute("RELEASE write")
     return None
 
 

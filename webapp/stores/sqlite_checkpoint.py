@@ -12,8 +12,9 @@ provably never committed.
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
+
+import aiosqlite
 
 from webapp.stores.checkpoint import RunHead, RunSnapshot
 
@@ -79,26 +80,28 @@ class SQLiteCheckpointer(SQLiteBacked):
                 f"(check context_state and output): {exc}"
             ) from None
 
-        def save(conn: sqlite3.Connection) -> None:
+        async def save(db: aiosqlite.Connection) -> None:
             if rows:
-                conn.executemany(_INSERT_ENTRY, rows)
-            conn.execute(_UPSERT_HEAD, (run_id, head_json, len(rows)))
+                await db.executemany(_INSERT_ENTRY, rows)
+            await db.execute(_UPSERT_HEAD, (run_id, head_json, len(rows)))
 
         await self._store.write(save)
 
     async def load(self, run_id: str) -> RunSnapshot | None:
-        def query(conn: sqlite3.Connection) -> tuple[Any, list[Any]] | None:
-            heads = conn.execute(
-                "SELECT head_json, entry_count FROM checkpoint_heads WHERE run_id = ?",
-                (run_id,),
-            ).fetchall()
+        async def query(db: aiosqlite.Connection) -> tuple[Any, list[Any]] | None:
+            heads = list(
+                await db.execute_fetchall(
+                    "SELECT head_json, entry_count FROM checkpoint_heads WHERE run_id = ?",
+                    (run_id,),
+                )
+            )
             if not heads:
                 return None
-            entries = conn.execute(
+            entries = await db.execute_fetchall(
                 "SELECT idx, entry_json FROM checkpoint_entries WHERE run_id = ? ORDER BY idx",
                 (run_id,),
-            ).fetchall()
-            return heads[0], entries
+            )
+            return heads[0], list(entries)
 
         found = await self._store.read(query)
         if found is None:
@@ -108,8 +111,8 @@ class SQLiteCheckpointer(SQLiteBacked):
         return RunSnapshot(run_id, _decode_entries(run_id, count, rows), head)
 
     async def delete(self, run_id: str) -> None:
-        def remove(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM checkpoint_entries WHERE run_id = ?", (run_id,))
-            conn.execute("DELETE FROM checkpoint_heads WHERE run_id = ?", (run_id,))
+        async def remove(db: aiosqlite.Connection) -> None:
+            await db.execute("DELETE FROM checkpoint_entries WHERE run_id = ?", (run_id,))
+            await db.execute("DELETE FROM checkpoint_heads WHERE run_id = ?", (run_id,))
 
         await self._store.write(remove)

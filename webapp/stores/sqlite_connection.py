@@ -15,7 +15,13 @@ Invariants, each named for the failure it prevents:
 - tables and their version move together: a schema is created or migrated in
   the same transaction that records it in ``schema_versions``, so a crash
   never leaves tables without a version, or a version without its tables;
-- a file written by a newer release is refused, never downgraded.
+- a file written by a newer release is refused, never downgraded;
+- a store nobody closed never hangs interpreter exit: the connection's
+  thread is a daemon (see `_daemon_made`).
+
+Everything goes through aiosqlite's public API: each statement is one
+``await`` on the connection (a trip to its thread and back), and a
+transaction is BEGIN, its statements and COMMIT awaited one after another.
 """
 
 from __future__ import annotations
@@ -24,28 +30,31 @@ import asyncio
 import logging
 import os
 import sqlite3
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 import aiosqlite
 
 __all__ = [
+    "DbFn",
     "LockWait",
     "Schema",
     "StoreBusyError",
     "StoreOpenError",
     "is_busy",
-    "on_connection_thread",
     "open_connection",
     "retrying",
+    "rollback",
     "split_statements",
 ]
 
 logger = logging.getLogger("webapp.stores.sqlite_connection")
 
 T = TypeVar("T")
+DbFn = Callable[[aiosqlite.Connection], Awaitable[T]]
 
 _BACKOFF_START = 0.002
 _BACKOFF_MAX = 0.05
@@ -96,24 +105,6 @@ def split_statements(sql: str) -> list[str]:
     return statements
 
 
-async def on_connection_thread(
-    db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]
-) -> T:
-    """Run ``fn`` on the plain connection, on its own thread: many statements, one trip.
-
-    Every aiosqlite call is a round trip to the connection's thread and back,
-    which costs about as much as a small write itself; a transaction of three
-    calls paid that three times. aiosqlite has no public way to run several
-    statements in one trip, so this uses ``Connection._execute``, the private
-    method every one of its public calls goes through
-    (``tests/stores/test_sqlite_speed_paths.py`` fails if an upgrade changes
-    it). ``fn`` runs while the event loop goes on: it must not touch asyncio.
-    """
-    conn: sqlite3.Connection = db._conn
-    result: T = await db._execute(fn, conn)
-    return result
-
-
 # --- lock waits -------------------------------------------------------------------
 
 
@@ -139,34 +130,42 @@ class LockWait:
         await asyncio.sleep(min(_BACKOFF_MAX, remaining, _BACKOFF_START * 2 ** min(self.tries, 10)))
 
 
-async def retrying(
-    db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T], wait: LockWait, doing: str
-) -> T:
-    """`on_connection_thread` of ``fn``, run again after a lock failure until ``wait``
-    gives up (``fn`` must leave no transaction open when it fails)."""
+async def retrying(db: aiosqlite.Connection, fn: DbFn[T], wait: LockWait, doing: str) -> T:
+    """``await fn(db)``, run again after a lock failure until ``wait`` gives up
+    (``fn`` must leave no transaction open when it fails)."""
     while True:
         try:
-            return await on_connection_thread(db, fn)
+            return await fn(db)
         except sqlite3.OperationalError as exc:
             if not is_busy(exc):
                 raise
         await wait.pause(doing)
 
 
-def _in_transaction(
-    begin: str, fn: Callable[[sqlite3.Connection], T]
-) -> Callable[[sqlite3.Connection], T]:
+async def rollback(db: aiosqlite.Connection) -> None:
+    """Roll back the open transaction, if there is one.
+
+    ``Connection.rollback`` does nothing outside a transaction, and it waits
+    its turn behind whatever was sent to the connection's thread before it:
+    called after a cancelled ``await`` (whose statement may still be running
+    there, a BEGIN waiting on a lock, say), it still ends what that began.
+    """
+    await db.rollback()
+
+
+def _in_transaction(begin: str, fn: DbFn[T]) -> DbFn[T]:
     """``fn`` between ``begin`` and COMMIT, rolled back if either fails."""
 
-    def transaction(conn: sqlite3.Connection) -> T:
-        conn.execute(begin)
+    async def transaction(db: aiosqlite.Connection) -> T:
+        await db.execute(begin)
         try:
-            result = fn(conn)
-            conn.execute("COMMIT")
-            return result
-        finally:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            result = await fn(db)
+            await db.execute("COMMIT")
+        except BaseException:
+            # Also on a cancellation, so the connection is never left mid-transaction.
+            await rollback(db)
+            raise
+        return result
 
     return transaction
 
@@ -195,19 +194,21 @@ class Schema:
         steps = {v: tuple(split_statements(m)) for v, m in (migrations or {}).items()}
         return cls(name, version, tuple(split_statements(sql)), steps)
 
-    def apply(self, conn: sqlite3.Connection, path: str) -> None:
+    async def apply(self, db: aiosqlite.Connection, path: str) -> None:
         """Create or migrate the tables; call inside an open write transaction."""
-        conn.execute(
+        await db.execute(
             "CREATE TABLE IF NOT EXISTS schema_versions "
             "(name TEXT PRIMARY KEY, version INTEGER NOT NULL)"
         )
-        rows = conn.execute(
-            "SELECT version FROM schema_versions WHERE name = ?", (self.name,)
-        ).fetchall()
+        rows = list(
+            await db.execute_fetchall(
+                "SELECT version FROM schema_versions WHERE name = ?", (self.name,)
+            )
+        )
         found = int(rows[0][0]) if rows else None
         if found is None:
             for statement in self.statements:
-                conn.execute(statement)
+                await db.execute(statement)
         elif found > self.version:
             raise sqlite3.OperationalError(
                 f"{path!r} holds {self.name!r} schema version {found}, newer than "
@@ -221,8 +222,8 @@ class Schema:
                         f"to {version + 1} in {path!r}"
                     )
                 for statement in self.migrations[version]:
-                    conn.execute(statement)
-        conn.execute(
+                    await db.execute(statement)
+        await db.execute(
             "INSERT INTO schema_versions (name, version) VALUES (?, ?) "
             "ON CONFLICT (name) DO UPDATE SET version = excluded.version",
             (self.name, self.version),
@@ -290,14 +291,38 @@ async def _connect_once(path: str, busy_timeout: float) -> aiosqlite.Connection:
             raise sqlite3.OperationalError(
                 f"unable to open database file: directory {folder!r} does not exist"
             )
-    pending = aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout)
-    # aiosqlite's worker thread is not a daemon, so a store nobody closed
-    # would hang interpreter exit. Every write that returned has committed,
-    # so letting exit stop the thread loses nothing.
-    thread = getattr(pending, "_thread", None)
-    if thread is not None and not thread.is_alive():
-        thread.daemon = True
-    return await pending
+    pending = _daemon_made(
+        lambda: aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout)
+    )
+    return await pending  # the connect itself, on the connection's own thread
+
+
+def _daemon_made(make: Callable[[], T]) -> T:
+    """``make()``, called on a short-lived daemon thread.
+
+    aiosqlite gives each connection a thread of its own, created with the
+    connection object and not marked as a daemon, so a store nobody closed
+    would keep the interpreter from exiting. A new thread is a daemon when
+    the thread creating it is one (`threading.Thread`'s documented default),
+    so the connection is created on one (tests/stores/test_sqlite_processes.py
+    fails if a release of aiosqlite creates its thread later). Every write that
+    returned has committed, so letting exit stop that thread loses nothing.
+    """
+    made: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            made.append(make())
+        except BaseException as exc:  # noqa: BLE001 -- raised again in the caller's thread
+            failed.append(exc)
+
+    maker = threading.Thread(target=run, name="aiosqlite connect", daemon=True)
+    maker.start()
+    maker.join()  # creating the object does no I/O: the thread ends at once
+    if failed:
+        raise failed[0]
+    return made[0]
 
 
 def _open_failed_message(path: str, exc: BaseException, attempts: int) -> str:

@@ -17,8 +17,9 @@ The rules of ``rewind`` and ``trim_tool_results`` live in
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
+
+import aiosqlite
 
 # The row encoding is shared with PostgreSQL (webapp.stores.codec); the names the
 # SQL code below has always called stay, so that code reads as it did.
@@ -154,23 +155,24 @@ class SQLiteSession(SQLiteBacked):
         """Cut the flat transcript to its first ``keep_entries`` entries; see SPEC §2."""
         check_non_negative(keep_entries=keep_entries)
 
-        def cut(conn: sqlite3.Connection) -> int:
+        async def cut(db: aiosqlite.Connection) -> int:
             # Only rows ending past the cut (the tail) are read. A cut at 0
             # also takes empty runs at the very start: 0 empties the session.
-            rows = conn.execute(
+            rows = await db.execute_fetchall(
                 TAIL_SQL, (session_id, keep_entries if keep_entries > 0 else -1)
-            ).fetchall()
+            )
             tail = [
                 (first, Segment(run_id, _decode_entries(session_id, seq, run_id, data)))
                 for seq, run_id, first, data in rows
             ]
             plan = plan_rewind(tail, keep_entries)
-            conn.executemany(
-                "DELETE FROM session_segments WHERE session_id = ? AND run_id = ?",
-                [(session_id, run_id) for run_id in plan.delete],
-            )
+            if plan.delete:
+                await db.executemany(
+                    "DELETE FROM session_segments WHERE session_id = ? AND run_id = ?",
+                    [(session_id, run_id) for run_id in plan.delete],
+                )
             if plan.truncate is not None:
-                conn.execute(
+                await db.execute(
                     "UPDATE session_segments SET entries_json = ?, entry_count = ?, "
                     "meta_json = NULL WHERE session_id = ? AND run_id = ?",
                     (
@@ -202,8 +204,8 @@ class SQLiteSession(SQLiteBacked):
             "above": min(longest_untrimmed(keep_chars), _SQL_INT_MAX),
         }
 
-        def trim(conn: sqlite3.Connection) -> int:
-            rows = conn.execute(_TRIM_ROWS, params).fetchall()
+        async def trim(db: aiosqlite.Connection) -> int:
+            rows = await db.execute_fetchall(_TRIM_ROWS, params)
             trimmed, updates = _trimmed_rows(session_id, rows, keep_chars)
             if not updates:
                 return trimmed
@@ -212,12 +214,12 @@ class SQLiteSession(SQLiteBacked):
             # writes of the update itself, twice over. A trim shortens what the model is
             # sent, it deletes nothing a user asked to delete: FAST zeroes only where
             # no page write is added. The connection's own setting is back after.
-            [(before,)] = conn.execute("PRAGMA secure_delete").fetchall()
-            conn.execute("PRAGMA secure_delete = FAST")
+            [(before,)] = await db.execute_fetchall("PRAGMA secure_delete")
+            await db.execute("PRAGMA secure_delete = FAST")
             try:
-                conn.executemany(_TRIM_WRITE, updates)
+                await db.executemany(_TRIM_WRITE, updates)
             finally:
-                conn.execute(f"PRAGMA secure_delete = {int(before)}")
+                await db.execute(f"PRAGMA secure_delete = {int(before)}")
             return trimmed
 
         return await self._store.write(trim)
