@@ -231,7 +231,6 @@ class RunManager:
             checkpoint=options,
             max_turns=self.max_turns,
         )
-        state.handle.wait_after_first_text(state.first_text_read)
         task = asyncio.get_running_loop().create_task(
             self._consume(state), name=f"chat-run-{state.run_id}"
         )
@@ -265,8 +264,6 @@ class RunManager:
                 state.append(names.TEXT, self.fragments.text(added))
             else:
                 self._record(state, names.TEXT, self.fragments.text(added), {"added": added})
-            if not state.first_text:  # what `RunState.first_text_read` waits to see sent
-                state.first_text = state.seq
         elif isinstance(event, ReasoningDelta):
             added = reply.add_reasoning(event.text, new_turn=state.fresh_reasoning)
             state.fresh_reasoning = False
