@@ -53,6 +53,7 @@ from webapp.transcript import Entry, UserEntry, drop_dangling_tool_calls
 from webapp.web import event_names as names
 from webapp.chats.store import Begun, Chat, ChatStore, NewRun
 from webapp.chats.tree import continued
+from webapp.web.live.chat_locks import ChatLocks
 from webapp.web.live.cluster import Cluster
 from webapp.web.live.followers import Followers, publish_start, reply_to_json
 from webapp.web.fragments import Fragments
@@ -93,7 +94,7 @@ class RunManager:
         self._attempts = itertools.count(1)
         self._runs: dict[str, RunState] = {}
         self._latest: dict[str, str] = {}  # chat_id -> run_id of its newest run
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks = ChatLocks()  # dropped once unused: flat over any number of chats
         self._tasks: set[asyncio.Task[None]] = set()
 
     # --- lookup -----------------------------------------------------------------
@@ -101,7 +102,7 @@ class RunManager:
     @contextlib.asynccontextmanager
     async def lock(self, chat_id: str) -> AsyncIterator[None]:
         """The chat's lock: this process's, and with other processes theirs too."""
-        async with self._locks.setdefault(chat_id, asyncio.Lock()), self.across_processes(chat_id):
+        async with self._locks.hold(chat_id), self.across_processes(chat_id):
             yield
 
     @contextlib.asynccontextmanager
@@ -146,7 +147,6 @@ class RunManager:
         run_id = self._latest.pop(chat_id, None)
         if run_id is not None:
             self._runs.pop(run_id, None)
-        self._locks.pop(chat_id, None)
 
     # --- starting -----------------------------------------------------------------
 
