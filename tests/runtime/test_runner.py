@@ -373,30 +373,6 @@ async def test_the_first_text_reaches_the_caller_before_the_next_part_is_read():
     assert model.seen_when_asked_again == ["first "]
 
 
-async def test_a_run_told_to_wait_after_its_first_text_reads_on_only_after():
-    # The caller's own wait (the web app's: until a reader has sent the first words),
-    # awaited once: the next part is not read before it returns, nor a later turn's.
-    model = WatchedModel()
-    waited: list[list[str]] = []
-    release = asyncio.Event()
-
-    async def wait() -> None:
-        waited.append(list(model.caller_saw))
-        await release.wait()
-
-    handle = Runner.stream(Agent("a", model=model), "go")
-    handle.wait_after_first_text(wait)
-    async for event in handle:
-        if isinstance(event, TextDelta):
-            model.caller_saw.append(event.text)
-            if event.text == "first ":
-                await asyncio.sleep(0.05)
-                assert model.seen_when_asked_again is None  # still waiting
-                release.set()
-    assert waited == [[]] and model.caller_saw == ["first ", "second"]
-    assert model.seen_when_asked_again == ["first "]
-
-
 class ClockedBurstModel:
     """Buffered parts, each taking ``step`` seconds on a clock the test controls."""
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import closing
@@ -258,68 +257,6 @@ async def test_a_commit_blocked_by_a_reader_is_rolled_back_not_half_reported(
     await write(store, "later")
     assert await names(store) == ["later"]
     await store.close()
-
-
-async def test_a_write_is_told_its_result_while_its_commit_waits(tmp_path: Path) -> None:
-    # Rollback journal: a reader holding its lock keeps the COMMIT waiting, which
-    # makes the moment between "the transaction has run" and "it is on disk" visible.
-    store = make_store(tmp_path / "items.db", wal=False, busy_timeout=5)
-    reader = await reader_holding_a_lock(store)
-    told: list[tuple[str, int]] = []
-    on_loop = asyncio.Event()
-
-    def written(result: str) -> None:  # on the event loop's thread, with the result
-        told.append((result, threading.get_ident()))
-        on_loop.set()
-
-    write = asyncio.ensure_future(store.write(insert("told"), written=written))
-    await asyncio.wait_for(on_loop.wait(), 5)
-    assert told[0] == ("told", threading.get_ident())
-    await asyncio.sleep(0.05)
-    assert not write.done()  # the COMMIT still waits for the reader
-    reader.execute("COMMIT")
-    reader.close()
-    assert await asyncio.wait_for(write, 5) == "told"
-    assert {result for result, _ in told} == {"told"}
-    assert await names(store) == ["told"]
-    await store.close()
-
-
-async def test_a_write_told_its_result_can_still_fail_to_commit(tmp_path: Path) -> None:
-    store = make_store(tmp_path / "items.db", wal=False, busy_timeout=0.3)
-    reader = await reader_holding_a_lock(store)
-    told: list[str] = []
-    with pytest.raises(StoreBusyError, match="nothing was written"):
-        await store.write(insert("blocked"), written=told.append)
-    await asyncio.sleep(0)  # a last call may still be on its way to the loop
-    assert told and set(told) == {"blocked"}  # told, once per attempt, and then it failed
-    reader.execute("COMMIT")
-    reader.close()
-    assert await names(store) == []
-    await store.close()
-
-
-async def test_only_the_writes_that_ran_are_told(store: SQLiteStore) -> None:
-    release, blocker = await hold_writer(store)
-    told: list[str] = []
-
-    async def failing(db: aiosqlite.Connection) -> str:
-        await db.execute("INSERT INTO items (name) VALUES ('half-done')")
-        raise RuntimeError("tool exploded")
-
-    jobs = [insert("first"), failing, insert("second")]
-    tasks = [asyncio.ensure_future(store.write(fn, written=told.append)) for fn in jobs]
-    await asyncio.sleep(0.05)
-    release.set()
-    results = await asyncio.gather(*tasks, return_exceptions=True)
-    await blocker
-    await asyncio.sleep(0)
-    assert results[0] == "first" and results[2] == "second"
-    assert isinstance(results[1], RuntimeError)
-    # The batch failed once and ran again, each write in its own savepoint: only then,
-    # about to commit, were the writes that succeeded told -- once each.
-    assert told == ["first", "second"]
-    assert await names(store) == ["blocker", "first", "second"]
 
 
 async def test_synchronous_full_and_a_busy_timeout_are_set(store: SQLiteStore) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from webapp.chats.db import Tx
-from webapp.chats.store import AlreadySentError, Begun, ChatBusyError, ChatStore, NewRun
+from webapp.chats.store import AlreadySentError, ChatBusyError, ChatStore, NewRun
 
 
 def rows(path: Path, sql: str) -> list[tuple[object, ...]]:
@@ -50,21 +50,20 @@ async def test_a_send_is_recorded_whole_with_its_page_and_a_refused_one_leaves_n
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-async def test_begin_run_tells_what_it_read_before_it_returns(
+async def test_begin_run_returns_what_it_read_and_refuses_a_busy_chat(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     location = tmp_path / "chat.db" if kind == "sqlite" else request.getfixturevalue("postgres_dsn")
     async with ChatStore(location) as store:
         chat = await store.create()
-        told: list[Begun] = []
-        begun = await store.begin_run(
-            chat.id, NewRun("r1", input="hi", title="hi"), page=25, written=told.append
-        )
-        assert told == [begun]  # the same read, handed over before the commit returned
-        assert begun.chat.active_run_id == "r1" and begun.page is not None
-        with pytest.raises(ChatBusyError):  # refused: nothing to tell
-            await store.begin_run(chat.id, NewRun("r2", input="again"), written=told.append)
-        assert told == [begun]
+        begun = await store.begin_run(chat.id, NewRun("r1", input="hi", title="hi"), page=25)
+        assert begun.chat.active_run_id == "r1" and begun.chat.title == "hi"
+        assert begun.page is not None and list(begun.page.tree.nodes) == ["r1"]
+        with pytest.raises(ChatBusyError):  # refused: nothing of it is kept
+            await store.begin_run(chat.id, NewRun("r2", input="again"))
+        assert await store.run_input("r2") is None
+        found = await store.get(chat.id)
+        assert found is not None and found.active_run_id == "r1"
 
 
 async def test_a_transaction_that_fails_writes_nothing_and_the_store_goes_on(

@@ -92,7 +92,7 @@ async def test_htmx_send_returns_the_list_with_a_streaming_reply(web_client_fact
     await client.wait_idle(chat_id)
 
 
-async def test_a_send_reads_its_page_and_history_with_its_record(
+async def test_a_send_reads_its_page_with_its_record(
     web_client_factory: MakeClient, monkeypatch: pytest.MonkeyPatch
 ):
     model = ScriptedModel(["first reply", "second reply"], chunk_delay=SLOW)
@@ -113,8 +113,6 @@ async def test_a_send_reads_its_page_and_history_with_its_record(
 
     counted(client.web.chats.store, "get")
     counted(client.web.chats.store, "page")
-    counted(client.web.session, "load")
-    counted(client.web.checkpointer, "load")
     response = await client.send(chat_id, "two", client_id="b", htmx=True)
     answered = list(reads)
     assert response.status_code == 200
@@ -125,8 +123,7 @@ async def test_a_send_reads_its_page_and_history_with_its_record(
     assert shown[3].attrs["data-status"] == "streaming"
     await client.wait_idle(chat_id)
     # The transaction that recorded the run was the send's check (no chat read before
-    # it) and read the page: the answer showed it, and the run took its history from
-    # it (and knew its new id had no checkpoint).
+    # it) and read the page: the answer showed it. The run read its history itself.
     assert answered == []
     assert [read for read in reads if read != "get"] == []  # (waiting for idle reads the chat)
     assert model.requests[-1] == [UserEntry("one"), AssistantEntry("first reply"), UserEntry("two")]

@@ -28,7 +28,6 @@ from webhelpers import (
 from webapp.models import ScriptedModel
 from webapp.runtime.model import FinishPart, ModelPart, ModelRequest, TextPart
 from webapp.web import create_app, sse
-from webapp.web.live import run_state
 from webapp.web.event_names import DONE, TEXT
 from webapp.web.live.run_state import LogRecord, RunState
 from webapp.web.live.runs import RunManager
@@ -357,93 +356,6 @@ async def test_a_waiting_reader_runs_in_the_very_next_turn_after_an_append():
     state.append(TEXT, "a")
     await asyncio.sleep(0)  # one turn
     assert reader.done()
-
-
-class BurstModel:
-    """A whole reply at once (after ``cut_short``, if given: a first reply cut at the
-    length limit); notes whether it was read past its first text."""
-
-    def __init__(self, words: list[str], cut_short: str | None = None) -> None:
-        self.words, self.cut_short = words, cut_short
-        self.read_on = asyncio.Event()
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelPart]:
-        if self.cut_short is not None:
-            text, self.cut_short = self.cut_short, None
-            yield TextPart(text)
-            yield FinishPart("length")
-            return
-        yield TextPart(self.words[0])
-        self.read_on.set()
-        for word in self.words[1:]:
-            yield TextPart(word)
-        yield FinishPart("stop")
-
-
-async def test_a_burst_is_read_on_once_a_reader_has_sent_the_first_text(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
-    monkeypatch.setattr(run_state, "FIRST_TEXT_WAIT", 5.0)  # long, so a wait shows
-    model = BurstModel(["Hello", " there"])
-    app = create_app(tmp_path / "chat.db", model=model)
-    async with serve(app) as base, httpx.AsyncClient(base_url=base, timeout=10) as http:
-        state = await sent(http, app, "hi")
-        await asyncio.sleep(0.2)
-        assert state.seq == 1 and not model.read_on.is_set()  # nobody has the text yet
-        events = await timed_events(http, events_url(state))
-    assert model.read_on.is_set()
-    assert events[0][1].event == "text"
-    assert text_of_fragments([e for _, e in events]) == "Hello there"
-
-
-async def test_a_continuations_first_text_is_sent_before_it_reads_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
-    # Its text joins a reply that has some already: still its first, still sent first.
-    monkeypatch.setattr(run_state, "FIRST_TEXT_WAIT", 5.0)
-    model = BurstModel([" a time", " it ended."], cut_short="Once upon")
-    app = create_app(tmp_path / "chat.db", model=model)
-    async with serve(app) as base, httpx.AsyncClient(base_url=base, timeout=10) as http:
-        state = await sent(http, app, "a story")
-        story = await timed_events(http, events_url(state))
-        assert text_of_fragments([e for _, e in story]) == "Once upon"
-        await http.post(f"/chats/{state.chat_id}/runs/{state.run_id}/continue")
-        going_on = app.state.web.runs.latest(state.chat_id)
-        assert going_on.run_id != state.run_id
-        await asyncio.sleep(0.2)
-        assert going_on.seq == 1 and not model.read_on.is_set()
-        opened = asyncio.get_running_loop().time()
-        events = await timed_events(http, events_url(going_on))
-    assert model.read_on.is_set()
-    assert events[-1][1].event == "done"
-    assert events[-1][0] - opened < 2.5  # it went on once its text was sent, not at 5 s
-    assert "Once upon a time it ended." in parse_html(events[-1][1].data).text()
-
-
-async def test_a_run_waits_for_its_first_text_to_be_sent_but_not_for_long(
-    monkeypatch: pytest.MonkeyPatch,
-):
-    monkeypatch.setattr(run_state, "FIRST_TEXT_WAIT", 5.0)
-    state = RunState("chat", "run", "e.1", "hi", ReplyView("run"))
-    state.append(TEXT, "a")
-    state.first_text = 1  # as the run's task marks it
-    run = asyncio.create_task(state.first_text_read())
-    await asyncio.sleep(0.05)
-    assert not run.done()  # no reader yet
-    events = sse.stream(cast(RunManager, None), state, "e.1", 0)
-    assert parse_sse((await anext(events)).decode())[0].data == "a"
-    assert not run.done()  # sent, but the reader has not come back for more
-    reading = asyncio.create_task(anext(events))
-    await asyncio.wait_for(run, 1)  # it has: the run goes on
-    await asyncio.wait_for(state.first_text_read(), 0.01)  # a reader waits: no wait at all
-    reading.cancel()
-    monkeypatch.setattr(run_state, "FIRST_TEXT_WAIT", 0.05)
-    alone = RunState("chat", "run", "e.1", "hi", ReplyView("run"))
-    alone.append(TEXT, "a")
-    alone.first_text = 1
-    start = asyncio.get_running_loop().time()
-    await asyncio.wait_for(alone.first_text_read(), 1)  # nobody reads: not for ever
-    assert asyncio.get_running_loop().time() - start >= 0.04
 
 
 def test_encoded_events_read_back_as_sent():

@@ -124,10 +124,8 @@ class ChatDatabase(Protocol):
 
     async def read(self, fn: TxFn[T]) -> T: ...
 
-    async def write(self, fn: TxFn[T], *, written: Callable[[T], None] | None = None) -> T:
-        """``fn`` in a committed transaction. ``written``, if given, is called with its
-        result once it has run, as the transaction commits: it may be called again (a
-        transaction run again) and the commit may still fail after it."""
+    async def write(self, fn: TxFn[T]) -> T:
+        """``fn`` in a committed transaction."""
         ...
 
     async def close(self) -> None: ...
@@ -169,8 +167,8 @@ class _SQLiteChats(SQLiteBacked):
     async def read(self, fn: TxFn[T]) -> T:
         return await self._store.read(lambda db: fn(SQLiteTx(db)))
 
-    async def write(self, fn: TxFn[T], *, written: Callable[[T], None] | None = None) -> T:
-        return await self._store.write(lambda db: fn(SQLiteTx(db)), written=written)
+    async def write(self, fn: TxFn[T]) -> T:
+        return await self._store.write(lambda db: fn(SQLiteTx(db)))
 
 
 class _PostgresChats(PostgresBacked):
@@ -182,14 +180,8 @@ class _PostgresChats(PostgresBacked):
     async def read(self, fn: TxFn[T]) -> T:
         return await self._store.transaction(lambda conn: fn(PostgresTx(conn)))
 
-    async def write(self, fn: TxFn[T], *, written: Callable[[T], None] | None = None) -> T:
-        async def run(conn: asyncpg.Connection) -> T:
-            result = await fn(PostgresTx(conn))
-            if written is not None:
-                written(result)
-            return result
-
-        return await self._store.transaction(run)
+    async def write(self, fn: TxFn[T]) -> T:
+        return await self._store.transaction(lambda conn: fn(PostgresTx(conn)))
 
 
 # The other stores' tables, which the chat layer's transactions reach too (a chat's

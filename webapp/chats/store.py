@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
@@ -351,7 +351,6 @@ class ChatStore:
         new: NewRun,
         *,
         page: int | None = None,
-        written: Callable[[Begun], None] | None = None,
     ) -> Begun:
         """Record the run in flight in one transaction: its place in the tree (with the
         versions it replaces archived and their checkpoints gone), the client id that
@@ -361,8 +360,7 @@ class ChatStore:
 
         Returns the chat's row as the transaction left it and, with ``page``, its latest
         page of that many runs, with the new run's node (`page`'s ``also``): what the
-        answer to the request shows, without another trip to the database. ``written``
-        is told the same as the transaction commits (`ChatDatabase.write`)."""
+        answer to the request shows, without another trip to the database."""
         now = time.time()
 
         async def begin(tx: Tx) -> Begun:
@@ -411,7 +409,7 @@ class ChatStore:
                 return Begun(_chat(rows[0]))
             return Begun(_chat(rows[0]), await _read_page(tx, chat_id, None, page, [new.run_id]))
 
-        return await self._store.write(begin, written=written)
+        return await self._store.write(begin)
 
     async def page(
         self, chat_id: str, *, before: str | None, limit: int, also: list[str]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 from webapp.events import TERMINAL_EVENTS, Event, RunCancelled, RunFailed
@@ -18,7 +18,6 @@ class Executable(Protocol):
 
     run_id: str
     emit: Callable[[Event], None]
-    first_text_wait: Callable[[], Awaitable[object]] | None
     terminal_sent: bool
 
     def execute(self) -> Coroutine[Any, Any, RunResult]: ...
@@ -73,13 +72,6 @@ class RunHandle:
             if isinstance(event, TERMINAL_EVENTS):
                 self._finished = True
             yield event
-
-    def wait_after_first_text(self, wait: Callable[[], Awaitable[object]]) -> None:
-        """Have the run await ``wait()`` right after it emits its first text, before it
-        reads on; without one it only hands the event loop over once. For a caller
-        whose readers should send the first words before the rest of a reply that came
-        all at once is read (the run's task would otherwise keep the loop busy)."""
-        self._run.first_text_wait = wait
 
     def cancel(self) -> None:
         """Stop the run: interrupts the model stream or the running tool at once."""

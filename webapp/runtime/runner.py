@@ -29,7 +29,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
@@ -163,7 +163,6 @@ class _Run:
     max_turns: int
     run_id: str = ""
     emit: Any = None
-    first_text_wait: Callable[[], Awaitable[object]] | None = None  # see RunHandle
     agent: Agent = field(init=False)
     history: list[Entry] = field(default_factory=list)
     entries: list[Entry] = field(default_factory=list)  # the run's own
@@ -329,8 +328,7 @@ class _Run:
                 self.partial += part.text
                 self.emit(TextDelta(part.text))
                 if first:  # its readers send it on before the rest of a burst is read
-                    wait, self.first_text_wait = self.first_text_wait, None
-                    await (asyncio.sleep(0) if wait is None else wait())
+                    await asyncio.sleep(0)
                     busy_since = time.perf_counter()
             elif isinstance(part, ReasoningPart) and part.text:
                 reasoning += part.text

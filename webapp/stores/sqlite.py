@@ -60,7 +60,7 @@ import asyncio
 import os
 import sqlite3
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self, TypeVar
 
@@ -107,7 +107,6 @@ class _Job:
     params: Any = ()
     result: Any = None
     error: BaseException | None = None
-    written: Callable[[Any], None] | None = None  # told the result before the COMMIT
 
     async def run(self, db: aiosqlite.Connection) -> Any:
         """The job's work: its function, or its one statement's rows."""
@@ -198,16 +197,10 @@ class SQLiteStore:
         """``await fn(db)`` in a read transaction; run again if the file is locked."""
         return await self._submit("read", fn)  # type: ignore[no-any-return]
 
-    async def write(self, fn: DbFn[T], *, written: Callable[[T], None] | None = None) -> T:
+    async def write(self, fn: DbFn[T]) -> T:
         """``await fn(db)`` in a committed transaction (maybe shared with other writes);
-        a re-run batch calls it again.
-
-        ``written``, if given, is called on the event loop with ``fn``'s result as the
-        transaction starts to COMMIT (its fsync): work that needs the result, not its
-        durability, can go on meanwhile. It may be called again if the batch is re-run,
-        and the write may still fail after it: what it starts must wait for this call
-        to return before making anything of the result lasting or visible."""
-        return await self._submit("write", fn, written=written)  # type: ignore[no-any-return]
+        a re-run batch calls it again."""
+        return await self._submit("write", fn)  # type: ignore[no-any-return]
 
     async def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> None:
         """Write one statement, committed like `write`.
@@ -243,7 +236,6 @@ class SQLiteStore:
         fn: DbFn[Any] | None,
         sql: str | None = None,
         params: Any = (),
-        written: Callable[[Any], None] | None = None,
     ) -> Any:
         worker = self._worker
         if worker is not None and worker is asyncio.current_task():
@@ -252,7 +244,7 @@ class SQLiteStore:
                 "Do that work through the connection the job was given."
             )
         loop = asyncio.get_running_loop()
-        job = _Job(kind, loop.create_future(), fn, sql, params, written=written)
+        job = _Job(kind, loop.create_future(), fn, sql, params)
         self._jobs.append(job)
         # A worker left behind by a closed event loop will never run again.
         if worker is None or worker.done() or worker.get_loop() is not loop:
@@ -397,7 +389,6 @@ class SQLiteStore:
             again = await (_isolated(db, jobs) if isolate else _together(db, jobs))
             if again is not None:  # rolled back: nothing of the batch is written
                 return again
-            _tell_written(jobs)
             try:
                 await db.execute("COMMIT")
             except sqlite3.Error as exc:
@@ -416,14 +407,6 @@ class SQLiteStore:
             # not committed, so rolling back and running again is safe.
             raise _Retry from exc
         self._fail(jobs, CommitFailedError(_commit_message(self.path, exc)))
-
-
-def _tell_written(jobs: list[_Job]) -> None:
-    """Hand each job's result to its ``written`` callback, on the event loop's next turn
-    (while the COMMIT runs on the connection's thread)."""
-    for job in jobs:
-        if job.written is not None and job.error is None:
-            job.future.get_loop().call_soon(job.written, job.result)
 
 
 async def _alone(db: aiosqlite.Connection, job: _Job) -> None:

@@ -15,8 +15,6 @@ from webapp.events import TerminalEvent
 from webapp.runtime.run_handle import RunHandle
 from webapp.web.view_models import ReplyView
 
-FIRST_TEXT_WAIT = 0.01  # seconds a run waits at most for its first text to be sent
-
 
 class LogRecord(NamedTuple):
     """One event of a run's log. A named tuple, not a frozen dataclass: a run
@@ -55,9 +53,7 @@ class RunState:
     from_input: bool = False  # restarted from its input: it never saved a checkpoint
     fresh_text: bool = True  # the next text delta starts a new model turn
     fresh_reasoning: bool = True
-    first_text: int = 0  # the seq of the run's first text record (0: none yet)
     _waiters: set[asyncio.Future[None]] = field(default_factory=set, init=False, repr=False)
-    _first_read: asyncio.Future[None] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.terminal = asyncio.get_running_loop().create_future()
@@ -95,32 +91,12 @@ class RunState:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         self._waiters.add(waiter)
-        if self._first_read is not None and self.first_text and seq >= self.first_text:
-            _release(self._first_read)  # this reader sent the first text: the run goes on
         timer = loop.call_later(timeout, _release, waiter)
         try:
             await waiter
         finally:
             timer.cancel()
             self._waiters.discard(waiter)  # still there after a timeout or a cancel
-
-    async def first_text_read(self) -> None:
-        """Return once a reader has sent the first text record and waits for more, or
-        after `FIRST_TEXT_WAIT`. The run awaits this after its first text
-        (`RunHandle.wait_after_first_text`): a model can send a whole reply at once,
-        and parsing it all -- tens of milliseconds -- would keep the first words from
-        the event stream serving them (and, on a small machine, the browser from a
-        core). The rest waits in the socket meanwhile; nothing is lost."""
-        if self.first_text and self._waiters:
-            return  # waiting readers have the whole log: an append wakes them all
-        loop = asyncio.get_running_loop()
-        self._first_read = loop.create_future()
-        timer = loop.call_later(FIRST_TEXT_WAIT, _release, self._first_read)
-        try:
-            await self._first_read
-        finally:
-            timer.cancel()
-            self._first_read = None
 
 
 def _release(waiter: asyncio.Future[None]) -> None:

@@ -59,10 +59,10 @@ from webapp.transcript import Entry, UserEntry, drop_dangling_tool_calls
 from webapp.web import event_names as names
 from webapp.chats.store import Begun, Chat, ChatStore, NewRun
 from webapp.chats.tree import continued
+from webapp.web.live.chat_locks import ChatLocks
 from webapp.web.live.cluster import Cluster
 from webapp.web.live.followers import Followers, publish_start, reply_to_json
 from webapp.web.fragments import Fragments
-from webapp.web.live.preloaded import preloaded, recording
 from webapp.web.live.run_state import RunState
 from webapp.web.view_models import (
     ReplyStatus,
@@ -100,13 +100,13 @@ class RunManager:
         self.fragments = fragments
         self.redact = redact
         self.max_turns = max_turns
-        self.cluster = cluster  # PostgreSQL with other processes (webapp.web.live.cluster); else None
+        self.cluster = cluster  # PostgreSQL with other processes (see .cluster); else None
         self.followers = Followers(cluster) if cluster is not None else None
         self._process = cluster.owner if cluster is not None else uuid.uuid4().hex[:8]
         self._attempts = itertools.count(1)
         self._runs: dict[str, RunState] = {}
         self._latest: dict[str, str] = {}  # chat_id -> run_id of its newest run
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks = ChatLocks()  # dropped once unused: flat over any number of chats
         self._tasks: set[asyncio.Task[None]] = set()
 
     # --- lookup -----------------------------------------------------------------
@@ -114,7 +114,7 @@ class RunManager:
     @contextlib.asynccontextmanager
     async def lock(self, chat_id: str) -> AsyncIterator[None]:
         """The chat's lock: this process's, and with other processes theirs too."""
-        async with self._locks.setdefault(chat_id, asyncio.Lock()), self.across_processes(chat_id):
+        async with self._locks.hold(chat_id), self.across_processes(chat_id):
             yield
 
     @contextlib.asynccontextmanager
@@ -159,7 +159,6 @@ class RunManager:
         run_id = self._latest.pop(chat_id, None)
         if run_id is not None:
             self._runs.pop(run_id, None)
-        self._locks.pop(chat_id, None)
 
     # --- starting -----------------------------------------------------------------
 
@@ -172,20 +171,19 @@ class RunManager:
         continues: ReplyView | None = None,
         page: int | None = None,
     ) -> tuple[RunState, Begun]:
-        """Record ``new`` in the chat and start it (chat lock held, no run active); with
-        the chat as its record left it and, with ``page``, the chat's latest page of that
-        many runs, read with it (`ChatStore.begin_run`).
+        """Record ``new`` in the chat and, once that is committed, start it (chat lock
+        held, no run active). Returns the run, with the chat as its record left it and,
+        with ``page``, the chat's latest page of that many runs, read with it
+        (`ChatStore.begin_run`).
 
         A continuation (``continues``: the reply it goes on with) runs with no
         input; its text streams into that reply.
         """
-        # The input goes with the run's record: a crash before the run's first
-        # checkpoint restarts it from there (see `_recover_one`).
+        # The input goes with the run's record, committed before the run starts: a
+        # crash before the run's first checkpoint restarts it from there (see
+        # `_recover_one`), and nothing the run writes can outlive a record that failed.
         record = new if continues is not None else replace(new, input=text)
-        if self.cluster is None:  # the run starts while its record commits
-            begun, commit = await recording(self.chats, chat_id, record, page)
-        else:  # a new run's lease and first record need its record committed
-            begun, commit = await self.chats.begin_run(chat_id, record, page=page), None
+        begun = await self.chats.begin_run(chat_id, record, page=page)
         if continues is None:
             state = self._new_state(chat_id, new.run_id, text, ReplyView(new.run_id))
         else:
@@ -195,16 +193,7 @@ class RunManager:
             await publish_start(self.cluster, state)
         # Not deleted on success: `end_run` drops the checkpoint with the chat's own update.
         options = CheckpointOptions(self.checkpointer, new.run_id, if_run_exists="fail")
-        session, options = preloaded(begun.page, chat_id, self.session, options, commit)
-        self._launch(state, [] if continues is not None else text, options, session)
-        if commit is not None:
-            try:
-                await commit
-            except BaseException:  # nothing of the run was kept or shown: stop it
-                self._runs.pop(state.run_id, None)
-                self._latest.pop(chat_id, None)
-                await self.discard(state)
-                raise
+        self._launch(state, [] if continues is not None else text, options, self.session)
         return state, begun
 
     def _continuing(
@@ -262,7 +251,6 @@ class RunManager:
                 checkpoint=options,
                 max_turns=self.max_turns,
             )
-        state.handle.wait_after_first_text(state.first_text_read)
         task = asyncio.get_running_loop().create_task(
             self._consume(state), name=f"chat-run-{state.run_id}"
         )
@@ -296,8 +284,6 @@ class RunManager:
                 state.append(names.TEXT, self.fragments.text(added))
             else:
                 self._record(state, names.TEXT, self.fragments.text(added), {"added": added})
-            if not state.first_text:  # what `RunState.first_text_read` waits to see sent
-                state.first_text = state.seq
         elif isinstance(event, ReasoningDelta):
             added = reply.add_reasoning(event.text, new_turn=state.fresh_reasoning)
             state.fresh_reasoning = False
