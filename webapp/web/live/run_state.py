@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from webapp.events import TerminalEvent
+from webapp.runtime.agent import Agent
 from webapp.runtime.run_handle import RunHandle
 from webapp.web.view_models import ReplyView
 
@@ -42,6 +43,7 @@ class RunState:
     reply: ReplyView
     records: list[LogRecord] = field(default_factory=list)
     handle: RunHandle | None = None
+    agent: Agent | None = None  # the chat's agent for this attempt (None: the app's default)
     terminal: asyncio.Future[TerminalEvent] = field(init=False)
     finished: bool = False  # the outcome is durable and the `done` record is in the log
     stop_requested: bool = False

@@ -31,7 +31,7 @@ import itertools
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -85,6 +85,7 @@ class RunManager:
         self,
         *,
         agent: Agent,
+        agent_for: Callable[[str], Awaitable[Agent]] | None = None,
         session: Session,
         checkpointer: Checkpointer,
         chats: ChatStore,
@@ -94,6 +95,7 @@ class RunManager:
         cluster: Cluster | None = None,
     ) -> None:
         self.agent = agent
+        self._agent_for = agent_for  # a chat's own agent (its tools, model, instructions)
         self.session = session
         self.checkpointer = checkpointer
         self.chats = chats
@@ -108,6 +110,10 @@ class RunManager:
         self._latest: dict[str, str] = {}  # chat_id -> run_id of its newest run
         self._locks = ChatLocks()  # dropped once unused: flat over any number of chats
         self._tasks: set[asyncio.Task[None]] = set()
+
+    async def agent_for(self, chat_id: str) -> Agent:
+        """The agent a run of ``chat_id`` starts (or resumes) with."""
+        return await self._agent_for(chat_id) if self._agent_for is not None else self.agent
 
     # --- lookup -----------------------------------------------------------------
 
@@ -191,6 +197,7 @@ class RunManager:
         if self.cluster is not None:  # a new run: nobody else can hold its lease
             await self.cluster.claim(state.run_id, chat_id, state.epoch)
             await publish_start(self.cluster, state)
+        state.agent = await self.agent_for(chat_id)
         # Not deleted on success: `end_run` drops the checkpoint with the chat's own update.
         options = CheckpointOptions(self.checkpointer, new.run_id, if_run_exists="fail")
         self._launch(state, [] if continues is not None else text, options, self.session)
@@ -244,7 +251,7 @@ class RunManager:
     ) -> None:
         with self._fenced(state.run_id, state.epoch):  # the run's own task inherits it
             state.handle = Runner.stream(
-                self.agent,
+                state.agent or self.agent,
                 text,
                 session=session,
                 session_id=state.chat_id,
@@ -539,6 +546,7 @@ class RunManager:
                 logger.info("chat %s: restarting run %s from its input", chat_id, run_id)
                 state = self._new_state(chat_id, run_id, text, ReplyView(run_id), epoch)
                 state.from_input = True
+                state.agent = await self.agent_for(chat_id)
                 return state
             await self.chats.end_run(chat_id, run_id)
             return None
@@ -558,6 +566,7 @@ class RunManager:
             reply = reply_from_entries(run_id, produced, "streaming")
             state = self._new_state(chat_id, run_id, user.text if user else "", reply, epoch)
         logger.info("chat %s: resuming run %s (%s)", chat_id, run_id, snapshot.status)
+        state.agent = await self.agent_for(chat_id)
         return state
 
     async def _has_segment(self, chat_id: str, run_id: str) -> bool:
