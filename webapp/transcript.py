@@ -46,10 +46,6 @@ class ToolResultEntry:
     # a placeholder in ``output``). Stored only when there are some.
     images: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.images, tuple):  # read back from JSON as a list
-            object.__setattr__(self, "images", tuple(self.images))
-
 
 Entry = Union[UserEntry, AssistantEntry, ReasoningEntry, ToolCallEntry, ToolResultEntry]
 
@@ -85,8 +81,11 @@ def entry_from_dict(data: dict[str, Any]) -> Entry:
             f"unknown transcript entry type {kind!r}; expected one of {sorted(_TYPES)}"
         )
     known = {f.name for f in fields(cls)}
+    values = {k: v for k, v in data.items() if k in known}
+    if isinstance(values.get("images"), list):  # JSON has no tuples
+        values["images"] = tuple(values["images"])
     try:
-        return cls(**{k: v for k, v in data.items() if k in known})  # type: ignore[no-any-return]
+        return cls(**values)  # type: ignore[no-any-return]
     except TypeError as exc:
         raise ValueError(f"malformed {kind} entry {data!r}: {exc}") from None
 

@@ -68,6 +68,21 @@ async def test_every_entry_kind_round_trips(session: Any) -> None:
     assert await session.load("s") == entries
 
 
+async def test_tool_results_keep_their_images_and_old_rows_read_without(session: Any) -> None:
+    image = "data:image/png;base64,iVBORw0KGgo="
+    runs = [
+        [ToolResultEntry("c1", "[image: image/png]", images=(image,)), ToolResultEntry("c2", "x")],
+        [ToolResultEntry("c3", "plain"), ToolResultEntry("c4", "[image]", images=(image, image))],
+    ]
+    for i, entries in enumerate(runs):  # a shape seen once is read the fast way after
+        await session.append("s", entries, run_id=f"r{i}")
+    for _ in range(2):
+        loaded = await session.load("s")
+        assert loaded == [e for run in runs for e in run]
+        assert [e.images for e in loaded] == [(image,), (), (), (image, image)]
+        assert all(type(e.images) is tuple for e in loaded)
+
+
 async def test_unknown_session_is_empty(session: Any) -> None:
     assert await session.segments("nobody") == []
     assert await session.load("nobody") == []

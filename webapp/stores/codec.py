@@ -214,31 +214,48 @@ def _parse(data: str) -> Any:
 # keys `entry_to_dict` writes, in its order) are built directly, and anything
 # else still takes the reference path.
 
-_CLASSES: dict[str, tuple[type[Entry], tuple[str, ...]]] = {}  # "type" -> class, its keys
+# A stored dict's kind and keys ("type" first) -> the class it builds and the fields it
+# leaves to their defaults (a field added later, such as a tool result's ``images``, is
+# written only when it holds something).
+_CLASSES: dict[tuple[Any, tuple[str, ...]], tuple[type[Entry], dict[str, Any]]] = {}
 _NAMES: dict[type, str] = {}  # class -> "type", for classes whose __dict__ is their fields
 
 
 def _entries_from(items: list[Any]) -> list[Entry]:
     """``[entry_from_dict(item) for item in items]``, built in ``items`` from its own dicts."""
     for index, item in enumerate(items):
-        try:
-            cls, keys = _CLASSES[item["type"]]
-        except (KeyError, TypeError):  # not a dict, or a kind not seen yet: the reference decides
-            cls, keys = None, None
-        if cls is not None and tuple(item) == keys:
-            # The dict, less "type", is exactly what the class's __init__ would
-            # store; adopting it takes half the time of calling the class.
+        keys = tuple(item) if type(item) is dict and type(item.get("type")) is str else None
+        known = _CLASSES.get((item["type"], keys)) if keys is not None else None
+        if known is not None:
+            # The dict, less "type", plus the defaults is exactly what the class's
+            # __init__ would store; adopting it takes half the time of calling it.
+            cls, defaults = known
             del item["type"]
+            if defaults:
+                item.update(defaults)
             built = object.__new__(cls)
             object.__setattr__(built, "__dict__", item)
             items[index] = built
             continue
         entry = entry_from_dict(item)
-        kind = item["type"]
-        if kind not in _CLASSES and _plain(entry):
-            _CLASSES[kind] = (type(entry), ("type", *vars(entry)))
+        if keys is not None and keys[0] == "type":
+            _learn(item["type"], keys, item, entry)
         items[index] = entry
     return items
+
+
+def _learn(kind: str, keys: tuple[str, ...], item: dict[str, Any], entry: Entry) -> None:
+    """Record ``keys`` as a shape to adopt when the reference built ``entry`` from ``item``
+    with nothing but the stored values and immutable defaults."""
+    if not _plain(entry):
+        return
+    own = vars(entry)
+    stored = keys[1:]
+    if any(name not in own or own[name] is not item[name] for name in stored):
+        return  # the class changed a value on the way in (a list made a tuple, say)
+    defaults = {name: value for name, value in own.items() if name not in stored}
+    if all(isinstance(v, (tuple, str, bool, int, float, type(None))) for v in defaults.values()):
+        _CLASSES[(kind, keys)] = (type(entry), defaults)
 
 
 def _plain(entry: Entry) -> bool:
