@@ -121,9 +121,11 @@ async def test_an_endpoint_without_a_list_is_asked_for_its_models(chat_server: C
         ]
     )
     assert models.names() == ["listed/fixed"]  # not asked yet
+    assert models.description() == "models of listed, asked"
     before = time.time()
     await models.refresh()
     assert models.names() == ["listed/fixed", "asked/served-1", "asked/served-2"]
+    assert models.description() == "3 models of listed, asked"
     assert chat_server.models_asked == 1  # the listed endpoint is never asked
     listed, asked = models.statuses()
     assert listed.listed and listed.checked_at is None
@@ -160,7 +162,7 @@ async def test_an_endpoint_that_lists_nothing_costs_only_its_own_models(
     )
     with caplog.at_level(logging.WARNING, logger="webapp.models.endpoints"):
         await models.refresh()
-    assert models.names() == ["good/m"]
+    assert models.names() == ["good/m"] and models.description() == "1 model of good"
     error = models.statuses()[1].error
     assert error is not None and says in error and chat_server.base_url + "/models" in error
     assert "bad" in caplog.text and says in caplog.text
@@ -179,7 +181,7 @@ async def test_an_endpoint_that_is_down_or_silent_is_given_up_on_in_bounded_time
     started = time.monotonic()
     await models.refresh()
     assert time.monotonic() - started < 3  # asked at once, each bounded by its timeout
-    assert models.names() == []
+    assert models.names() == [] and models.description() == "no endpoint offers a model now"
     down, silent = models.statuses()
     assert down.error is not None and "cannot reach" in down.error
     assert silent.error is not None and "cannot reach" in silent.error

@@ -37,7 +37,6 @@ from webapp.chats.text import (
 )
 from webapp.chats.tree import Node, Tree, load_tree
 from webapp.stores.codec import StoredSegment
-from webapp.usage import Usage
 from webapp.transcript import (
     AssistantEntry,
     Entry,
@@ -48,6 +47,7 @@ from webapp.transcript import (
     entry_from_dict,
     entry_to_dict,
 )
+from webapp.usage import Usage
 
 FORMAT_VERSION = 1
 MAX_FILE_BYTES = 10 * 1024 * 1024

@@ -255,14 +255,24 @@ class ModelRegistry:
         return [e.config.api_key for e in self._endpoints.values() if e.config.api_key]
 
     def description(self) -> str:
-        """One line for the start-up message and the new-chat page, without keys."""
+        """One line for the start-up message and the new-chat page, without keys: the
+        endpoints that offer models (or have not been asked yet)."""
         if not self._endpoints:
             return ", ".join(describe_model(m.model) for m in self._fixed.values())
         if len(self._endpoints) == 1 and not self._fixed:
             endpoint = next(iter(self._endpoints.values()))
             if endpoint.config.models is not None and len(endpoint.models) == 1:
                 return f"{endpoint.models[0]} at {_public(endpoint.config.base_url)}"
-        return "models of " + ", ".join(self._endpoints)
+        unasked = [
+            e for e in self._endpoints.values() if e.config.models is None and not e.checked_at
+        ]
+        offering = [n for n, e in self._endpoints.items() if e.models or e in unasked]
+        if not offering:
+            return "no endpoint offers a model now"
+        if unasked:  # before the start's questions: how many is not known yet
+            return "models of " + ", ".join(offering)
+        count = len(self.names())
+        return f"{count} model{'s' if count != 1 else ''} of {', '.join(offering)}"
 
     async def aclose(self) -> None:
         """Release every built model's pooled connections."""

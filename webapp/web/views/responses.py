@@ -95,7 +95,7 @@ async def page_context(
         "before": before,
         "client_id": new_client_id(),
         "max_message_chars": app.max_message_chars,
-        "model_description": app.model_description,
+        "model_description": app.models.models.description() or app.model_description,
         "picker": app.models.picker(settings),
         "chat_settings": settings,
         "chat_usage": total,
