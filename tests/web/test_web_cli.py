@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import html
-import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-from webhelpers import cli_env, free_port, stop_process, wait_serving
+from webhelpers import cli_env, free_port, sigterm_during_a_reply, stop_process, wait_serving
 
 from webapp.__main__ import allowed_hosts, is_loopback, parse_args, resolve_token
 
@@ -94,33 +91,9 @@ def test_a_shutdown_ends_live_event_streams_at_once(tmp_path: Path):
         cwd=tmp_path,
     )
     base = f"http://127.0.0.1:{port}"
-    try:
-        wait_serving(base, proc)
-        with httpx.Client(base_url=base, timeout=10) as http:
-            chat = http.post("/chats").headers["location"]
-            sent = http.post(
-                chat + "/messages", data={"text": "hi"}, headers={"HX-Request": "true"}
-            )
-            found = re.search(r'sse-connect="([^"]+)"', sent.text)
-            assert found is not None, (sent.status_code, dict(sent.headers), sent.text[:300])
-            with http.stream("GET", html.unescape(found.group(1))) as stream:
-                assert stream.status_code == 200
-                chunks = stream.iter_bytes()
-                next(chunks)  # the stream is live
-                signalled = time.monotonic()
-                proc.send_signal(signal.SIGTERM)
-                for _ in chunks:  # the server ends the stream...
-                    pass
-            ended = time.monotonic() - signalled
-        proc.wait(timeout=15)
-        exited = time.monotonic() - signalled
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=5)
+    ended, exited, stderr = sigterm_during_a_reply(proc, base)
     # ...well before uvicorn's graceful shutdown (5 s) would have cut it
     assert ended < 3 and exited < 4, (ended, exited)
-    stderr = proc.stderr.read() if proc.stderr else ""
     assert "Traceback" not in stderr, stderr
 
 

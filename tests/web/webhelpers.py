@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import os
 import re
 import signal
@@ -20,10 +21,10 @@ import httpx
 import uvicorn
 from starlette.applications import Starlette
 
+from webapp.chats.store import ChatStore
 from webapp.stores.sqlite_session import SQLiteSession
 from webapp.transcript import AssistantEntry, UserEntry
 from webapp.web.app_state import WebApp
-from webapp.chats.store import ChatStore
 
 VOID = {
     "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
@@ -388,3 +389,33 @@ async def write_long_chat(db: Path, title: str, runs: int) -> str:
             entries = [UserEntry(f"question {n}"), AssistantEntry(f"answer {n}")]
             await session.append(chat.id, entries, run_id=f"run{n:03d}")
     return chat.id
+
+
+def sigterm_during_a_reply(proc: subprocess.Popen[str], base: str) -> tuple[float, float, str]:
+    """Send a message, follow its reply's event stream, SIGTERM the server mid-reply.
+
+    Returns how long after the signal the stream ended and the process exited, and
+    what it wrote to stderr; the process is killed if it is still there."""
+    try:
+        wait_serving(base, proc)
+        with httpx.Client(base_url=base, timeout=10) as http:
+            chat = http.post("/chats").headers["location"]
+            sent = http.post(chat + "/messages", data={"text": "hi"}, headers=HX)
+            found = re.search(r'sse-connect="([^"]+)"', sent.text)
+            assert found is not None, (sent.status_code, dict(sent.headers), sent.text[:300])
+            with http.stream("GET", html.unescape(found.group(1))) as stream:
+                assert stream.status_code == 200
+                chunks = stream.iter_bytes()
+                next(chunks)  # the stream is live
+                signalled = time.monotonic()
+                proc.send_signal(signal.SIGTERM)
+                for _ in chunks:  # the server ends the stream...
+                    pass
+            ended = time.monotonic() - signalled
+        proc.wait(timeout=15)
+        exited = time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=5)
+    return ended, exited, proc.stderr.read() if proc.stderr else ""

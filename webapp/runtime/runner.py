@@ -60,6 +60,7 @@ from webapp.runtime.model import (
     UsagePart,
 )
 from webapp.runtime.options import CheckpointOptions, existing_snapshot
+from webapp.runtime.pacing import paced
 from webapp.runtime.result import RunResult
 from webapp.runtime.run_handle import RunHandle
 from webapp.runtime.tool import RunContext, Tool
@@ -76,11 +77,6 @@ from webapp.transcript import (
     dangling_tool_calls,
     drop_dangling_tool_calls,
 )
-
-_SLICE = 0.005  # seconds a model's buffered parts may keep the event loop to themselves
-_OPENING = 0.025  # seconds from a turn's start in which the slice is shorter...
-_OPENING_SLICE = 0.001  # ...so the send's answer and the event stream's request get through
-_WAITED = 0.001  # a part that took this long to arrive came after the loop had turns
 
 logger = logging.getLogger("webapp.runtime")
 
@@ -312,24 +308,13 @@ class _Run:
         )
         reasoning, calls = "", []
         self.partial, self.finish_reason = "", None
-        started = busy_since = ready_at = time.perf_counter()
-        async for part in model.stream(request):
-            now = time.perf_counter()
-            slice_ = _SLICE if now - started > _OPENING else _OPENING_SLICE
-            if now - ready_at > _WAITED:
-                busy_since = now  # the stream waited for the model: others had their turn
-            elif now - busy_since > slice_:
-                # Parts already buffered (a model faster than this loop) would hold
-                # the event loop: let it serve the other chats and new requests.
-                await asyncio.sleep(0)
-                busy_since = time.perf_counter()
+        async for part in paced(model.stream(request)):
             if isinstance(part, TextPart) and part.text:
                 first = not self.partial
                 self.partial += part.text
                 self.emit(TextDelta(part.text))
                 if first:  # its readers send it on before the rest of a burst is read
                     await asyncio.sleep(0)
-                    busy_since = time.perf_counter()
             elif isinstance(part, ReasoningPart) and part.text:
                 reasoning += part.text
                 self.emit(ReasoningDelta(part.text))
@@ -341,7 +326,6 @@ class _Run:
                 self.head = replace(self.head, usage=self.head.usage + part.usage)
             elif isinstance(part, FinishPart):
                 self.finish_reason = part.reason
-            ready_at = time.perf_counter()
         text, self.partial = self.partial, ""
         produced: list[Entry] = [ReasoningEntry(reasoning)] if reasoning else []
         produced += [AssistantEntry(text)] if text else []
