@@ -172,11 +172,11 @@ def create_app(
         raise ValueError(f"max_message_chars must be at least 1, got {max_message_chars!r}")
     if token is not None and len(token) < 8:
         raise ValueError("the access token must be at least 8 characters long")
-    if agent is not None:
+    if models is None and agent is not None:
         models = ModelRegistry.single(agent.model) if agent.model else ModelRegistry()
     elif models is None:
         models = ModelRegistry.single(model or OfflineModel(delay=offline_delay))
-    agent = agent or default_agent(None)
+    agent = agent or default_agent(None)  # its model: each chat's, from ``models``
     for name, folder in (("templates", templates_dir), ("static", static_dir)):
         if not Path(folder, "base.html" if name == "templates" else "app.js").is_file():
             raise FileNotFoundError(
@@ -231,7 +231,7 @@ def _build_state(
         checkpointer = SQLiteCheckpointer(db_path, wal=True)
     store = ChatStore(db_path)
     fragments = Fragments(templates)
-    chat_models = ChatModels(store=store, models=models, agent=agent)
+    chat_models = ChatModels(store=store, registry=models, agent=agent)
     runs = RunManager(
         agent=agent,
         agent_for=chat_models.agent_for,  # the chat's model and instructions
@@ -265,7 +265,7 @@ def _lifespan(state: WebApp) -> Any:
         if swept:
             logger.warning("removed %d rows of deleted chats left by an earlier process", swept)
         await state.store.backfill()
-        await state.models.models.refresh()  # bounded: an endpoint that is down costs seconds
+        await state.models.registry.refresh()  # bounded: an endpoint that is down costs seconds
         if state.keeper is None:
             await state.runs.recover()
         else:
@@ -281,6 +281,6 @@ def _lifespan(state: WebApp) -> Any:
             await state.store.close()
             await state.session.close()  # type: ignore[attr-defined]
             await state.checkpointer.close()  # type: ignore[attr-defined]
-            await state.models.models.aclose()  # release the endpoints' pooled connections
+            await state.models.registry.aclose()  # release the endpoints' pooled connections
 
     return lifespan

@@ -78,20 +78,23 @@ class Picker:
 
 
 class ChatModels:
-    def __init__(self, *, store: ChatStore, models: ModelRegistry, agent: Agent) -> None:
+    """A chat's model and instructions: the agent of its runs, and their changes."""
+
+    def __init__(self, *, store: ChatStore, registry: ModelRegistry, agent: Agent) -> None:
         self.store = store
-        self.models = models
+        self.registry = registry  # the models on offer
         self.agent = agent  # the app's own: its instructions are the default
 
     async def agent_for(self, chat_id: str) -> Agent:
-        return chat_agent(self.agent, self.models, await self.store.settings.get(chat_id))
+        """The agent a run of the chat starts or resumes with (`RunManager`'s ``agent_for``)."""
+        return chat_agent(self.agent, self.registry, await self.store.settings.get(chat_id))
 
     async def settings(self, chat_id: str) -> ChatSettings | None:
         return await self.store.settings.get(chat_id)
 
     def picker(self, settings: ChatSettings | None) -> Picker:
-        options = self.models.names()
-        selected = (settings.model if settings else None) or self.models.default
+        options = self.registry.names()
+        selected = (settings.model if settings else None) or self.registry.default
         unavailable = selected is not None and selected not in options
         return Picker(
             options + ([selected] if unavailable and selected else []), selected, unavailable
@@ -104,7 +107,7 @@ class ChatModels:
 
     async def choose(self, chat_id: str, model: str) -> SaveOutcome:
         """The chat's model from its next run on (Send, Edit, Regenerate, Continue)."""
-        if model not in self.models.names():
+        if model not in self.registry.names():
             return Refused(
                 f"The model {model!r} is not on offer: reload the page and choose again."
             )
@@ -127,12 +130,12 @@ class ChatModels:
         """What a new chat starts with: a preset's model, instructions and parameters, or
         a model chosen in the picker; None for the defaults."""
         if preset:
-            found = self.models.preset(preset)
+            found = self.registry.preset(preset)
             if found is None:
                 return Refused(f"There is no preset {preset!r}: reload the page and choose again.")
             return _from_preset(found)
         if model:
-            if model not in self.models.names():
+            if model not in self.registry.names():
                 return Refused(f"The model {model!r} is not on offer: choose another.")
             return ChatSettings(model=model)
         return None

@@ -94,12 +94,12 @@ async def models_page(request: Request) -> Response:
 async def refresh_models(request: Request) -> Response:
     """POST /tools/models/refresh: ask every endpoint for its models again."""
     app = web(request)
-    await app.models.models.refresh()
+    await app.models.registry.refresh()
     if is_htmx(request):
         return app.templates.response("_models_status.html", **_status(request))
     return redirect(request, path_for(request, "models"))
 
 
 def _status(request: Request) -> dict[str, Any]:
-    registry = web(request).models.models
+    registry = web(request).models.registry
     return {"endpoints": registry.statuses(), "model_names": registry.names()}

@@ -95,11 +95,11 @@ async def page_context(
         "before": before,
         "client_id": new_client_id(),
         "max_message_chars": app.max_message_chars,
-        "model_description": app.models.models.description() or app.model_description,
+        "model_description": app.models.registry.description() or app.model_description,
         "picker": app.models.picker(settings),
         "chat_settings": settings,
         "chat_usage": total,
-        "presets": app.models.models.presets if chat is None else (),
+        "presets": app.models.registry.presets if chat is None else (),
         "default_instructions": app.models.default_instructions,
     }
 
