@@ -1,4 +1,5 @@
-// Small UI behaviour on top of htmx: autoscroll, textarea auto-grow, keyboard, copy buttons.
+// Small UI behaviour on top of htmx: autoscroll, textarea auto-grow, keyboard, copy buttons,
+// a preset's model shown in the picker.
 // Nothing here is needed to read a chat or post a message; without it the forms still work
 // (the Copy buttons of messages and replies stay hidden: they need this file to do anything).
 (function () {
@@ -155,6 +156,17 @@
 
   // Streamed text does not settle like a request: follow it as it arrives.
   document.addEventListener("htmx:sseMessage", function () { scrollDown(false); });
+
+  // A preset chosen on the new-chat page shows its model in the Model select (the preset
+  // sets it anyway when the message is sent).
+  document.addEventListener("change", function (event) {
+    var t = event.target;
+    if (!(t instanceof HTMLSelectElement) || !t.hasAttribute("data-preset-select")) { return; }
+    var option = t.selectedOptions[0];
+    var name = option ? option.getAttribute("data-model") : null;
+    var picker = document.getElementById("model-select");
+    if (picker && name) { picker.value = name; }
+  });
 
   document.addEventListener("htmx:sendError", function () {
     setAlert("The server could not be reached. Your text is still in the box; try again.");

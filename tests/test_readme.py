@@ -5,7 +5,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+
+from webapp.config import parse_config
+from webapp.models.endpoints import ModelRegistry
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -81,3 +85,22 @@ def test_the_runtime_example_runs_as_written(tmp_path):
     )
     assert out.stdout.strip() == "12*(3+4) = 84"
     assert (tmp_path / "chat.db").exists()
+
+
+def test_the_endpoints_and_presets_example_is_a_valid_config():
+    (block,) = [
+        b
+        for b in re.findall(r"```toml\n(.*?)```", section("Configuration"), re.DOTALL)
+        if "[[endpoints]]" in b
+    ]
+    config = parse_config(
+        tomllib.loads(block), where="README", environ={"OPENAI_API_KEY": "sk-example"}
+    )
+    assert [e.name for e in config.endpoints] == ["openai", "ollama", "vllm", "llamacpp"]
+    assert len(config.presets) == 2
+    models = ModelRegistry(config.endpoints, presets=config.presets)  # presets name endpoints
+    assert models.names()[:3] == [
+        "openai/gpt-4o-mini",
+        "openai/gpt-4o",
+        "llamacpp/qwen2.5-7b-instruct",
+    ]

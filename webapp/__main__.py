@@ -157,6 +157,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--api-key", default=env("OPENAI_API_KEY"), help="env OPENAI_API_KEY")
     parser.add_argument(
+        "--config",
+        default=env("WEBAPP_CONFIG"),
+        metavar="FILE",
+        help="the TOML config file: model endpoints and presets, MCP servers (env WEBAPP_CONFIG)",
+    )
+    parser.add_argument(
         "--offline-delay",
         type=float,
         default=0.02,
@@ -253,25 +259,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.log_level)
 
-    from webapp.models.config import describe_model, model_from_settings
+    from webapp.config import ConfigError, load_config
+    from webapp.models.endpoints import ModelRegistry
     from webapp.stores.postgres import redact_dsn
     from webapp.web import create_app
 
     try:
-        model = model_from_settings(
+        config = load_config(args.config)
+        models = ModelRegistry.from_settings(
+            config.endpoints,
             base_url=args.base_url,
             model=args.model,
             api_key=args.api_key,
             offline_delay=args.offline_delay,
+            presets=config.presets,
         )
-    except ValueError as exc:
+    except (ConfigError, ValueError) as exc:
         print(f"webapp: {exc}", file=sys.stderr)
         return 2
     token = resolve_token(args.host, args.token)
     try:
         app = create_app(
             args.db,
-            model=model,
+            models=models,
             token=token,
             redact=[args.api_key or ""],
             allowed_hosts=allowed_hosts(args.host, extra=args.allowed_hosts),
@@ -282,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(
         f"webapp: serving http://{host}:{args.port} "
-        f"({describe_model(model)}, db {redact_dsn(args.db)})",
+        f"({models.description()}, db {redact_dsn(args.db)})",
         flush=True,
     )
     if token is not None:

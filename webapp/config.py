@@ -1,8 +1,9 @@
 """The app's config file (``--config FILE`` / ``WEBAPP_CONFIG``): TOML, read with `tomllib`.
 
-It lists the MCP servers whose tools the model may call (SPEC §11). Every
-mistake is reported at start-up with the file, the table and the key, so a
-typo never turns into a server that silently does nothing. ``${NAME}`` in
+It lists the MCP servers whose tools the model may call (SPEC §11), and the
+model endpoints and presets a chat chooses from (SPEC §12). Every mistake is
+reported at start-up with the file, the table and the key, so a typo never
+turns into a server, an endpoint or a preset that silently does nothing. ``${NAME}`` in
 ``env``, ``headers``, ``args`` and ``url`` is taken from the app's environment,
 so secrets stay out of the file; a missing variable is an error, not an empty
 string.
@@ -51,8 +52,32 @@ class McpServerConfig:
 
 
 @dataclass(frozen=True)
+class EndpointConfig:
+    """One ``[[endpoints]]`` table: an OpenAI-compatible server and the models it offers."""
+
+    name: str
+    base_url: str
+    api_key_env: str | None = None  # the environment variable holding the key
+    api_key: str | None = field(default=None, repr=False)  # its value, read at start
+    models: tuple[str, ...] | None = None  # None: GET {base_url}/models lists them
+
+
+@dataclass(frozen=True)
+class PresetConfig:
+    """One ``[[presets]]`` table: what a new chat starts with when the preset is chosen."""
+
+    name: str
+    model: str  # endpoint/model
+    instructions: str = ""
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True)
 class AppConfig:
     mcp_servers: tuple[McpServerConfig, ...] = ()
+    endpoints: tuple[EndpointConfig, ...] = ()
+    presets: tuple[PresetConfig, ...] = ()
 
 
 def load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> AppConfig:
@@ -71,10 +96,14 @@ def load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] 
     return parse_config(data, where=str(source), environ=os.environ if environ is None else environ)
 
 
+_TOP_KEYS = ("endpoints", "mcp_servers", "presets")
+
+
 def parse_config(data: Mapping[str, Any], *, where: str, environ: Mapping[str, str]) -> AppConfig:
-    unknown = sorted(set(data) - {"mcp_servers"})
+    unknown = sorted(set(data) - set(_TOP_KEYS))
     if unknown:
-        raise ConfigError(f"{where}: unknown table or key {unknown[0]!r} (known: mcp_servers)")
+        known = ", ".join(_TOP_KEYS)
+        raise ConfigError(f"{where}: unknown table or key {unknown[0]!r} (known: {known})")
     servers = data.get("mcp_servers", {})
     if not isinstance(servers, dict):
         raise ConfigError(f"{where}: mcp_servers must be a table of [mcp_servers.NAME] tables")
@@ -82,7 +111,17 @@ def parse_config(data: Mapping[str, Any], *, where: str, environ: Mapping[str, s
         _server(name, table, f"{where}: [mcp_servers.{name}]", environ)
         for name, table in servers.items()
     )
-    return AppConfig(mcp_servers=parsed)
+    endpoints = tuple(
+        _endpoint(table, f"{where}: [[endpoints]] #{number}", environ)
+        for number, table in enumerate(_array(data, "endpoints", where), 1)
+    )
+    _unique([e.name for e in endpoints], f"{where}: [[endpoints]]", "an endpoint's name")
+    presets = tuple(
+        _preset(table, f"{where}: [[presets]] #{number}", endpoints)
+        for number, table in enumerate(_array(data, "presets", where), 1)
+    )
+    _unique([p.name for p in presets], f"{where}: [[presets]]", "a preset's name")
+    return AppConfig(mcp_servers=parsed, endpoints=endpoints, presets=presets)
 
 
 _SERVER_KEYS = {"command", "args", "env", "cwd", "url", "headers", "approval", "tools", "timeout"}
@@ -128,6 +167,107 @@ def _server(name: str, table: Any, where: str, environ: Mapping[str, str]) -> Mc
         tools=_tool_policies(table.get("tools", {}), where),
         timeout=float(timeout),
     )
+
+
+def _array(data: Mapping[str, Any], key: str, where: str) -> list[dict[str, Any]]:
+    tables = data.get(key, [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise ConfigError(f"{where}: {key} must be an array of tables, written [[{key}]]")
+    return tables
+
+
+def _unique(names: list[str], where: str, what: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ConfigError(f"{where}: {what} must be unique, and {name!r} is given twice")
+        seen.add(name)
+
+
+_ENDPOINT_KEYS = {"name", "base_url", "api_key_env", "models"}
+
+
+def _endpoint(table: dict[str, Any], where: str, environ: Mapping[str, str]) -> EndpointConfig:
+    _known_keys(table, _ENDPOINT_KEYS, where)
+    name = _string(table.get("name"), where, "name")
+    where = f"{where} ({name})"
+    if not _SERVER_NAME.fullmatch(name):
+        raise ConfigError(f"{where}: an endpoint's name is 1-32 letters, digits, '-' or '_'")
+    base_url = _string(table.get("base_url"), where, "base_url").strip().rstrip("/")
+    if not base_url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"{where}: base_url must start with http:// or https://, such as "
+            f"'http://127.0.0.1:8080/v1', got {base_url!r}"
+        )
+    key_env, key = table.get("api_key_env"), None
+    if key_env is not None:
+        key_env = _string(key_env, where, "api_key_env")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key_env):
+            raise ConfigError(f"{where}: api_key_env must name an environment variable")
+        if key_env not in environ:
+            raise ConfigError(f"{where}: api_key_env names {key_env}, which is not set")
+        key = environ[key_env]
+    models = table.get("models")
+    if models is not None:
+        names_ok = isinstance(models, list) and all(
+            isinstance(m, str) and m.strip() for m in models
+        )
+        if not names_ok:
+            raise ConfigError(f"{where}: models must be a list of model names")
+        if not models:
+            raise ConfigError(f"{where}: models is empty; leave it out to ask GET /models")
+        models = [m.strip() for m in models]
+        _unique(models, where, "a model in models")
+    return EndpointConfig(
+        name, base_url, key_env, key, tuple(models) if models is not None else None
+    )
+
+
+_PRESET_KEYS = {"name", "model", "instructions", "temperature", "max_tokens"}
+
+
+def _preset(
+    table: dict[str, Any], where: str, endpoints: tuple[EndpointConfig, ...]
+) -> PresetConfig:
+    _known_keys(table, _PRESET_KEYS, where)
+    name = " ".join(_string(table.get("name"), where, "name").split())
+    if not 0 < len(name) <= 80:
+        raise ConfigError(f"{where}: a preset's name is 1-80 characters")
+    where = f"{where} ({name})"
+    model = _string(table.get("model"), where, "model")
+    endpoint, _, model_name = model.partition("/")
+    if not endpoint or not model_name:
+        raise ConfigError(f"{where}: model is endpoint/model, such as 'local/qwen2.5-7b'")
+    listed = next((e.models for e in endpoints if e.name == endpoint), None)
+    if listed is not None and model_name not in listed:
+        raise ConfigError(f"{where}: model {model_name!r} is not in endpoint {endpoint}'s models")
+    instructions = _string(table.get("instructions", ""), where, "instructions")
+    temperature = table.get("temperature")
+    if temperature is not None and (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, int | float)
+        or not 0 <= temperature <= 2
+    ):
+        raise ConfigError(f"{where}: temperature must be a number from 0 to 2")
+    max_tokens = table.get("max_tokens")
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+    ):
+        raise ConfigError(f"{where}: max_tokens must be a whole number of tokens, at least 1")
+    return PresetConfig(
+        name,
+        model,
+        instructions,
+        float(temperature) if temperature is not None else None,
+        max_tokens,
+    )
+
+
+def _known_keys(table: dict[str, Any], known: set[str], where: str) -> None:
+    unknown = sorted(set(table) - known)
+    if unknown:
+        known_keys = ", ".join(sorted(known))
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {known_keys})")
 
 
 def _tool_policies(table: Any, where: str) -> dict[str, Policy]:

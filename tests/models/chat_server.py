@@ -1,8 +1,9 @@
 """A real Chat Completions server on 127.0.0.1 that plays scripted replies.
 
 A small Starlette app under uvicorn, in a background thread, on a port chosen
-by binding port 0. Each request takes the next scripted `Reply` and is
-recorded (JSON body, headers, client address) so tests can assert what the
+by binding port 0. ``GET /v1/models`` lists `models` (with the status
+`models_status`; `models_body` instead, when set). Each chat request takes the
+next scripted `Reply` and is recorded (JSON body, headers, client address) so tests can assert what the
 adapter sent. Fields named in `refuse_fields` are refused like OpenAI refuses
 a parameter it does not know (HTTP 400), without using up a scripted reply. A reply can stream chunks with pauses and then hold the
 connection open until the client goes away, which is how the tests see a
@@ -51,6 +52,10 @@ class ChatServer:
         self.script: list[Reply] = []
         self.received: list[Received] = []
         self.refuse_fields: set[str] = set()
+        self.models: list[str] = []
+        self.models_status = 200
+        self.models_body: str | None = None  # instead of the list, as it is
+        self.models_asked = 0
         self.disconnected = threading.Event()
         self.port = 0
         self._server: uvicorn.Server | None = None
@@ -64,10 +69,16 @@ class ChatServer:
         self.script.clear()
         self.received.clear()
         self.refuse_fields.clear()
+        self.models, self.models_status, self.models_body, self.models_asked = [], 200, None, 0
         self.disconnected.clear()
 
     def start(self) -> None:
-        app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
+        app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+            ]
+        )
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
@@ -89,6 +100,13 @@ class ChatServer:
         if self._server is not None and self._thread is not None:
             self._server.should_exit = True
             self._thread.join(timeout=10)
+
+    async def _models(self, request: Request) -> Response:
+        self.models_asked += 1
+        if self.models_body is not None:
+            return Response(self.models_body, self.models_status, media_type="application/json")
+        listed = [{"id": name, "object": "model", "owned_by": "test"} for name in self.models]
+        return JSONResponse({"object": "list", "data": listed}, status_code=self.models_status)
 
     async def _chat(self, request: Request) -> Response | _ScriptedStream:
         body = await request.json()

@@ -35,13 +35,14 @@ async def leave_behind(
     checkpoint: bool = True,
     input: str | None = None,
     finish_reason: str | None = None,
+    model: str | None = None,
 ) -> str:
     """What a server killed mid-run leaves in the file; returns the chat id."""
     chats = ChatStore(db)
     cp = SQLiteCheckpointer(db, wal=True)
     try:
         chat = await chats.create("crashed chat")
-        await chats.begin_run(chat.id, NewRun(RUN, input=input))
+        await chats.begin_run(chat.id, NewRun(RUN, input=input, model=model))
         if stop_requested:
             await chats.request_stop(chat.id, RUN)
         if checkpoint:

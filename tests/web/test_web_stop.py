@@ -35,7 +35,7 @@ async def test_stop_keeps_the_partial_text_under_the_run_id(web_client_factory: 
     stop_button = buttons(page, "Stop")
     assert len(stop_button) == 1
     # Without JavaScript nothing streams, so the page reloads itself until the end.
-    refresh = page.find("noscript").find("meta")
+    refresh = page.find("head").find("noscript").find("meta")
     assert refresh.attrs["http-equiv"] == "refresh"
     assert replies(page)[0].attrs["aria-busy"] == "true"
     response = await client.http.post(f"/chats/{chat_id}/runs/{run_id}/stop")
@@ -62,7 +62,7 @@ async def test_stop_keeps_the_partial_text_under_the_run_id(web_client_factory: 
         assert reply.find(class_="status-label").norm_text() == "Stopped"
         assert reply_text(reply) == " ".join(partial.split())
         assert buttons(page, "Stop") == []
-        assert page.find_all("noscript") == [] and "aria-busy" not in reply.attrs
+        assert page.find("head").find_all("noscript") == [] and "aria-busy" not in reply.attrs
     # The next message works and sees the stopped exchange as history.
     await client.send(chat_id, "go on")
     await client.wait_idle(chat_id)

@@ -3,8 +3,11 @@
 The JSON format (``format_version`` 1) holds the chat's title and times and
 every finished run of its tree in creation order: its id, its parent (the run
 before it on its path), the user-message version it answers (``message_id``),
-its selection rank (the largest is shown), its entries (SPEC §1 dicts) and its
-segment meta. Ids are keys ending in ``_id`` and times keys ending in ``_at``,
+its selection rank (the largest is shown), its entries (SPEC §1 dicts), its
+segment meta, the model that wrote it (``model``, ``endpoint/model``) and the
+tokens the endpoint reported (``usage``: ``input_tokens``, ``output_tokens``).
+The last two are null when unknown, and absent from files of older versions,
+which import as they always did. Ids are keys ending in ``_id`` and times keys ending in ``_at``,
 so two exports of the same chat differ in nothing else.
 
 Import validates the whole file before anything is written and says where the
@@ -44,6 +47,7 @@ from webapp.transcript import (
     entry_from_dict,
     entry_to_dict,
 )
+from webapp.usage import Usage
 
 FORMAT_VERSION = 1
 MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -62,6 +66,8 @@ class ExportedRun:
     selected: int  # rank: the largest is shown
     entries: list[Entry]
     meta: dict[str, Any] | None
+    model: str | None = None  # endpoint/model
+    usage: Usage | None = None  # None: the endpoint reported none
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,8 @@ async def read_chat(tx: Tx, chat_id: str) -> ChatFile | None:
                 ranks[node.run_id],
                 [entry_from_dict(d) for d in json.loads(entries_json)],
                 json.loads(meta_json) if meta_json is not None else None,
+                node.model,
+                node.usage,
             )
         )
     return ChatFile(str(title), float(created_at), float(updated_at), runs)
@@ -133,6 +141,8 @@ def to_json(chat_id: str, chat: ChatFile) -> str:
                 "selected": run.selected,
                 "entries": [entry_to_dict(e) for e in run.entries],
                 "meta": run.meta,
+                "model": run.model,
+                "usage": run.usage.to_dict() if run.usage is not None else None,
             }
             for run in chat.runs
         ],
@@ -346,7 +356,31 @@ def _run(
         raise ChatFileError(f"{where}.meta: not an object or null.")
     if meta is not None:
         meta = _meta_value(meta, f"{where}.meta", 1)
-    return ExportedRun(run_id, parent, message_id, selected, entries, meta)
+    model = raw.get("model")
+    if model is not None and (not isinstance(model, str) or not 0 < len(model) <= 200):
+        raise ChatFileError(f"{where}.model: not a model's name (endpoint/model) or null.")
+    model = clean_text(_string(model, f"{where}.model")) if model is not None else None
+    return ExportedRun(
+        run_id, parent, message_id, selected, entries, meta, model, _usage(raw, where)
+    )
+
+
+def _usage(raw: dict[str, Any], where: str) -> Usage | None:
+    usage = raw.get("usage")
+    if usage is None:
+        return None
+    problem = ChatFileError(
+        f"{where}.usage: neither null nor input_tokens and output_tokens (whole numbers from 0)."
+    )
+    if not isinstance(usage, dict):
+        raise problem
+    counts: list[int] = []
+    for key in ("input_tokens", "output_tokens"):
+        count = usage.get(key)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise problem  # an integer beyond 64 bits is not an int here either
+        counts.append(count)
+    return Usage(*counts)
 
 
 _ENTRY_TYPES = {UserEntry, AssistantEntry, ReasoningEntry, ToolCallEntry, ToolResultEntry}
@@ -458,9 +492,11 @@ async def store_import(tx: Tx, chat: ChatFile) -> str:
     for seq, run in enumerate(chat.runs, 1):
         stored = StoredSegment.encode(new_ids[run.run_id], run.entries, run.meta)
         archived = run.run_id not in shown
+        # No finished_at: an imported run cost nothing here (`webapp.chats.settings`).
         await tx.execute(
             "INSERT INTO chat_runs (run_id, chat_id, parent_run_id, message_id, seq, selected, "
-            "entry_count, entries_json, meta_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "entry_count, entries_json, meta_json, model, tokens_in, tokens_out) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 stored.run_id,
                 chat_id,
@@ -471,6 +507,9 @@ async def store_import(tx: Tx, chat: ChatFile) -> str:
                 stored.entry_count if archived else None,
                 stored.entries_json if archived else None,
                 stored.meta_json if archived else None,
+                run.model,
+                run.usage.input_tokens if run.usage is not None else None,
+                run.usage.output_tokens if run.usage is not None else None,
             ),
         )
     by_id = {r.run_id: r for r in chat.runs}

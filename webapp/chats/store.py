@@ -32,9 +32,11 @@ from webapp.transcript import Entry
 from webapp.chats import file_format
 from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
+from webapp.chats import settings as chat_settings
 from webapp.chats import tree as chat_tree
 from webapp.chats.db import POSTGRES_STORES, SQLITE_STORES, Tx, open_chat_db
 from webapp.chats.file_format import ChatFile
+from webapp.chats.pages import Page, read_page
 from webapp.chats.search import SearchHit
 from webapp.chats.tree import Tree
 from webapp.chats.session_rows import append_segments, cut_segments, shown_segment, stored_segments
@@ -100,6 +102,7 @@ CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);
 # run's first checkpoint can exist).
 _CHECKPOINT_TABLES = ("checkpoint_heads", "checkpoint_entries", "run_inputs")
 
+_SETTINGS = chat_settings.SCHEMA + chat_settings.RUN_SCHEMA
 _COLUMNS = (
     "id, title, created_at, updated_at, active_run_id, stop_requested_run_id, continues_run_id"
 )
@@ -114,15 +117,6 @@ class AlreadySentError(RuntimeError):
 
 
 NewRunKind = Literal["send", "edit", "regenerate", "continue"]
-
-
-@dataclass(frozen=True)
-class Page:
-    """One page of a chat's shown path, oldest first."""
-
-    segments: list[Segment]
-    earlier: bool  # there are runs before the first one here
-    tree: Tree  # the part of the tree these runs' switchers need
 
 
 @dataclass(frozen=True)
@@ -160,6 +154,7 @@ class NewRun:
     title: str | None = None  # the chat's title if it has none yet
     rename: str | None = None  # a new title regardless (the first message was edited)
     input: str | None = None  # the user's text it starts from, kept while it is in flight
+    model: str | None = None  # the endpoint/model it runs with (a continuation: unused)
 
 
 @dataclass(frozen=True)
@@ -191,8 +186,8 @@ class ChatStore:
     """
 
     SCHEMA_NAME = "webapp_chats"
-    SCHEMA_VERSION = 7
-    SCHEMA_SQL = SQLITE_STORES + _SCHEMA + chat_tree.SCHEMA + chat_search.SCHEMA
+    SCHEMA_VERSION = 9
+    SCHEMA_SQL = SQLITE_STORES + _SCHEMA + chat_tree.SCHEMA + chat_search.SCHEMA + _SETTINGS
     MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: "CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);",
         # Versions: the tree's table; chats stored before it are backfilled at start-up.
@@ -205,12 +200,16 @@ class ChatStore:
         5: _RUN_INPUTS,
         # Search keeps the text after a NUL, and no text holds the excerpt markers.
         6: SQLITE_STORES + chat_search.REINDEX,
+        7: chat_settings.SCHEMA,  # a chat's own model, instructions and parameters
+        8: chat_settings.RUN_SCHEMA,  # each run's model and usage
     }
     # PostgreSQL started with everything above but run_inputs (its own numbering).
-    POSTGRES_SCHEMA_VERSION = 3
+    POSTGRES_SCHEMA_VERSION = 5
     POSTGRES_MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: _RUN_INPUTS,
         2: chat_search_pg.SCHEMA + chat_search_pg.REBUILD,  # no text holds the markers
+        3: chat_settings.POSTGRES_SCHEMA,
+        4: chat_settings.POSTGRES_RUN_SCHEMA,
     }
     POSTGRES_SCHEMA_SQL = (
         POSTGRES_STORES
@@ -218,6 +217,8 @@ class ChatStore:
         + chat_tree.SCHEMA
         + chat_search_pg.SCHEMA
         + _CLUSTER_TABLES
+        + chat_settings.POSTGRES_SCHEMA
+        + chat_settings.POSTGRES_RUN_SCHEMA
     )
 
     def __init__(self, location: str | os.PathLike[str]) -> None:
@@ -232,6 +233,7 @@ class ChatStore:
             ),
         )
         self.dialect = self._store.dialect
+        self.settings = chat_settings.SettingsStore(self._store)
 
     async def close(self) -> None:
         await self._store.close()
@@ -370,17 +372,18 @@ class ChatStore:
                 (chat_id, new.client_id, new.run_id, now),
             ):
                 raise AlreadySentError(chat_id)  # a retried POST or a double click
+            run, model = new.run_id, new.model
             if new.kind == "send":
                 parent = await chat_tree.path_end(tx, chat_id)
-                await chat_tree.add_node(tx, chat_id, new.run_id, parent, new.run_id)
+                await chat_tree.add_node(tx, chat_id, run, parent, run, model=model)
             elif new.kind in ("edit", "regenerate") and new.target is not None:
                 node = await chat_tree.find(tx, chat_id, new.target)
                 if node is None:
                     raise LookupError(f"run {new.target!r} is not in chat {chat_id!r}'s tree")
                 archived = await chat_tree.archive_from(tx, chat_id, new.target)
                 await _delete_checkpoints(tx, archived)
-                message = new.run_id if new.kind == "edit" else node.message_id
-                await chat_tree.add_node(tx, chat_id, new.run_id, node.parent_run_id, message)
+                message = run if new.kind == "edit" else node.message_id
+                await chat_tree.add_node(tx, chat_id, run, node.parent_run_id, message, model=model)
             if new.input is not None:
                 await tx.execute(
                     "INSERT INTO run_inputs (run_id, chat_id, input) VALUES (?, ?, ?)",
@@ -407,7 +410,7 @@ class ChatStore:
             rows = await tx.fetch(f"SELECT {_COLUMNS} FROM chats WHERE id = ?", (chat_id,))
             if page is None:
                 return Begun(_chat(rows[0]))
-            return Begun(_chat(rows[0]), await _read_page(tx, chat_id, None, page, [new.run_id]))
+            return Begun(_chat(rows[0]), await read_page(tx, chat_id, None, page, [new.run_id]))
 
         return await self._store.write(begin)
 
@@ -417,7 +420,7 @@ class ChatStore:
         """The shown path's last ``limit`` runs before run ``before`` (the end for None),
         and the part of the tree they (and the runs ``also``) need; None when ``before``
         is not on the path. Reads one page, however long the chat."""
-        return await self._store.read(lambda tx: _read_page(tx, chat_id, before, limit, also))
+        return await self._store.read(lambda tx: read_page(tx, chat_id, before, limit, also))
 
     async def shown_run(self, chat_id: str, run_id: str) -> ShownRun | None:
         """Run ``run_id`` if it is on the shown path (None if not): a few indexed reads,
@@ -476,11 +479,13 @@ class ChatStore:
             for number, segment in enumerate(segments, 1):
                 run_id = uuid.uuid4().hex
                 await chat_tree.add_node(tx, chat.id, run_id, parent, run_id, (number, number))
+                await chat_settings.copy_run(tx, segment.run_id, run_id)
                 moved = StoredSegment(
                     run_id, segment.entry_count, segment.entries_json, segment.meta_json
                 )
                 await append_segments(tx, chat.id, [moved])
                 parent = run_id
+            await chat_settings.copy_chat(tx, chat_id, chat.id)
 
         await self._store.write(copy)
         return chat
@@ -515,6 +520,7 @@ class ChatStore:
                 await append_segments(
                     tx, chat_id, [StoredSegment.encode(target, entries, kept_meta)]
                 )
+            await chat_settings.record_outcome(tx, run_id, target)
             await _delete_checkpoints(tx, [run_id])
             await tx.execute(
                 "UPDATE chats SET active_run_id = NULL, stop_requested_run_id = NULL, "
@@ -566,6 +572,7 @@ class ChatStore:
                 "continues_run_id = NULL, updated_at = ? WHERE id = ? AND active_run_id = ?",
                 (time.time(), chat_id, run_id),
             )
+            await chat_settings.record_outcome(tx, run_id, run_id)
             await _delete_checkpoints(tx, [run_id])
 
         await self._store.write(end)
@@ -583,33 +590,3 @@ class ChatStore:
 async def _delete_checkpoints(tx: Tx, run_ids: list[str]) -> None:
     for table in _CHECKPOINT_TABLES:
         await tx.executemany(f"DELETE FROM {table} WHERE run_id = ?", [(r,) for r in run_ids])
-
-
-async def _read_page(
-    tx: Tx, chat_id: str, before: str | None, limit: int, also: list[str]
-) -> Page | None:
-    """`ChatStore.page` in transaction ``tx``."""
-    bound = ""
-    params: list[Any] = [chat_id]
-    if before is not None:
-        found = list(
-            await tx.fetch(
-                "SELECT seq FROM session_segments WHERE session_id = ? AND run_id = ?",
-                (chat_id, before),
-            )
-        )
-        if not found:
-            return None
-        bound, params = " AND seq < ?", [chat_id, found[0][0]]
-    rows = list(
-        await tx.fetch(
-            "SELECT run_id, entry_count, entries_json, meta_json FROM session_segments "
-            f"WHERE session_id = ?{bound} ORDER BY seq DESC LIMIT ?",
-            (*params, limit + 1),
-        )
-    )
-    earlier = len(rows) > limit
-    stored = [StoredSegment(str(r[0]), int(r[1]), str(r[2]), r[3]) for r in rows[:limit]]
-    segments = [s.decode(chat_id) for s in reversed(stored)]
-    tree = await chat_tree.load_around(tx, chat_id, [s.run_id for s in segments] + also)
-    return Page(segments, earlier, tree)

@@ -23,11 +23,13 @@ one connection) and never commit themselves.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from webapp.stores.codec import StoredSegment
 from webapp.transcript import AssistantEntry, Entry
+from webapp.usage import Usage
 from webapp.chats.db import Tx
 from webapp.chats.session_rows import (
     append_segments,
@@ -59,6 +61,17 @@ class Node:
     message_id: str
     seq: int  # creation order in the chat: versions are numbered by it
     selected: int  # selection stamp: the largest is shown
+    model: str | None = None  # endpoint/model (`webapp.chats.settings`)
+    usage: Usage | None = None  # None: the endpoint reported none (or not finished)
+
+
+# The columns `_node` reads, in its order.
+_NODE_COLUMNS = "run_id, parent_run_id, message_id, seq, selected, model, tokens_in, tokens_out"
+
+
+def _node(row: Sequence[Any]) -> Node:
+    usage = Usage(int(row[6]), int(row[7] or 0)) if row[6] is not None else None
+    return Node(str(row[0]), row[1], str(row[2]), int(row[3]), int(row[4]), row[5], usage)
 
 
 @dataclass(frozen=True)
@@ -69,6 +82,8 @@ class Versions:
     count: int
     previous: str | None  # the run to show for the previous version
     next: str | None
+    # A reply's: each version's model, in order (what it shows, not what it is).
+    models: tuple[str | None, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -77,6 +92,7 @@ class PathVersions:
 
     messages: dict[str, Versions]
     replies: dict[str, Versions]
+    nodes: dict[str, Node] = field(default_factory=dict)  # the path's own, by run id
 
     def of_message(self, run_id: str) -> Versions | None:
         """The switcher of run ``run_id``'s user message, if it has several versions."""
@@ -135,16 +151,18 @@ class Tree:
             shown = [max(g, key=lambda r: r.selected).run_id for g in groups]
             messages[node.run_id] = _versions(shown, at)
             runs = [r.run_id for r in groups[at]]
-            replies[node.run_id] = _versions(runs, runs.index(node.run_id))
-        return PathVersions(messages, replies)
+            models = tuple(r.model for r in groups[at])
+            replies[node.run_id] = _versions(runs, runs.index(node.run_id), models)
+        return PathVersions(messages, replies, {n.run_id: n for n in path})
 
 
-def _versions(run_ids: list[str], at: int) -> Versions:
+def _versions(run_ids: list[str], at: int, models: tuple[str | None, ...] = ()) -> Versions:
     return Versions(
         at + 1,
         len(run_ids),
         run_ids[at - 1] if at > 0 else None,
         run_ids[at + 1] if at + 1 < len(run_ids) else None,
+        models,
     )
 
 
@@ -163,11 +181,8 @@ def continued(entries: list[Entry], produced: list[Entry]) -> list[Entry]:
 
 
 async def load_tree(tx: Tx, chat_id: str) -> Tree:
-    rows = await tx.fetch(
-        "SELECT run_id, parent_run_id, message_id, seq, selected FROM chat_runs WHERE chat_id = ?",
-        (chat_id,),
-    )
-    return Tree(Node(str(r[0]), r[1], str(r[2]), int(r[3]), int(r[4])) for r in rows)
+    rows = await tx.fetch(f"SELECT {_NODE_COLUMNS} FROM chat_runs WHERE chat_id = ?", (chat_id,))
+    return Tree(_node(r) for r in rows)
 
 
 async def load_around(tx: Tx, chat_id: str, run_ids: list[str]) -> Tree:
@@ -176,7 +191,7 @@ async def load_around(tx: Tx, chat_id: str, run_ids: list[str]) -> Tree:
     if not run_ids:
         return Tree([])
     marks = ",".join("?" * len(run_ids))
-    columns = "run_id, parent_run_id, message_id, seq, selected"
+    columns = _NODE_COLUMNS
     shown = list(
         await tx.fetch(
             f"SELECT {columns} FROM chat_runs WHERE chat_id = ? AND run_id IN ({marks})",
@@ -196,7 +211,7 @@ async def load_around(tx: Tx, chat_id: str, run_ids: list[str]) -> Tree:
             f"SELECT {columns} FROM chat_runs WHERE chat_id = ? AND parent_run_id IS NULL",
             (chat_id,),
         )
-    return Tree(Node(str(r[0]), r[1], str(r[2]), int(r[3]), int(r[4])) for r in rows)
+    return Tree(_node(r) for r in rows)
 
 
 async def numbers(tx: Tx, chat_id: str) -> tuple[int, int]:
@@ -212,18 +227,11 @@ async def numbers(tx: Tx, chat_id: str) -> tuple[int, int]:
 
 
 async def find(tx: Tx, chat_id: str, run_id: str) -> Node | None:
-    rows = list(
-        await tx.fetch(
-            "SELECT run_id, parent_run_id, message_id, seq, selected FROM chat_runs "
-            "WHERE chat_id = ? AND run_id = ?",
-            (chat_id, run_id),
-        )
+    rows = await tx.fetch(
+        f"SELECT {_NODE_COLUMNS} FROM chat_runs WHERE chat_id = ? AND run_id = ?",
+        (chat_id, run_id),
     )
-    return (
-        Node(str(rows[0][0]), rows[0][1], str(rows[0][2]), int(rows[0][3]), int(rows[0][4]))
-        if rows
-        else None
-    )
+    return _node(rows[0]) if rows else None
 
 
 async def path_end(tx: Tx, chat_id: str) -> str | None:
@@ -244,14 +252,16 @@ async def add_node(
     parent_run_id: str | None,
     message_id: str,
     at: tuple[int, int] | None = None,
+    model: str | None = None,
 ) -> None:
     """A new run, selected (a new version is shown when it is made); ``at`` gives its
-    (seq, selected) when the caller numbers several itself."""
+    (seq, selected) when the caller numbers several itself; ``model``, the model it
+    runs with."""
     seq, selected = at if at is not None else await numbers(tx, chat_id)
     await tx.execute(
-        "INSERT INTO chat_runs (run_id, chat_id, parent_run_id, message_id, seq, selected) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        (run_id, chat_id, parent_run_id, message_id, seq, selected),
+        "INSERT INTO chat_runs (run_id, chat_id, parent_run_id, message_id, seq, selected, "
+        "model) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (run_id, chat_id, parent_run_id, message_id, seq, selected, model),
     )
 
 

@@ -25,7 +25,8 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from webapp.models.config import describe_model, model_from_settings
+from webapp.models.endpoints import ModelRegistry
+from webapp.models.offline import OfflineModel
 from webapp.runtime.agent import Agent
 from webapp.runtime.model import Model
 from webapp.stores.checkpoint import Checkpointer
@@ -38,6 +39,7 @@ from webapp.tools import calculator, current_time
 from webapp.web.app_state import WebApp
 from webapp.web.assets import STATIC_DIR, TEMPLATES_DIR
 from webapp.chats.db import is_postgres
+from webapp.web.chat_models import ChatModels
 from webapp.web.chat_service import ChatService
 from webapp.chats.store import ChatStore
 from webapp.web.live.cluster import Cluster
@@ -47,6 +49,7 @@ from webapp.web.live.runs import RunManager
 from webapp.web.security import SecurityMiddleware
 from webapp.web.templating import Templates, by_name
 from webapp.web.views import chat_files, chats, messages, search, stream
+from webapp.web.views import models as model_views
 from webapp.web.views.responses import ERROR_TITLES, http_exception
 
 logger = logging.getLogger("webapp.web")
@@ -59,7 +62,7 @@ INSTRUCTIONS = (
 )
 
 
-def default_agent(model: Model) -> Agent:
+def default_agent(model: Model | None) -> Agent:
     return Agent(
         "assistant", instructions=INSTRUCTIONS, model=model, tools=[calculator, current_time]
     )
@@ -116,6 +119,23 @@ def routes(static_dir: str | os.PathLike[str] = STATIC_DIR) -> list[Route | Moun
             "/chats/{chat_id}/delete", chats.delete_confirm, methods=["GET"], name="delete_confirm"
         ),
         Route("/chats/{chat_id}/delete", chats.delete, methods=["POST"], name="delete"),
+        Route(
+            "/chats/{chat_id}/model", model_views.choose_model, methods=["POST"], name="chat_model"
+        ),
+        Route(
+            "/chats/{chat_id}/instructions",
+            model_views.save_instructions,
+            methods=["POST"],
+            name="instructions",
+        ),
+        Route("/chats/{chat_id}/usage", model_views.usage, methods=["GET"], name="chat_usage"),
+        Route("/tools/models", model_views.models_page, methods=["GET"], name="models"),
+        Route(
+            "/tools/models/refresh",
+            model_views.refresh_models,
+            methods=["POST"],
+            name="refresh_models",
+        ),
         Mount("/static", StaticFiles(directory=static_dir), name="static"),
     ]
 
@@ -125,6 +145,7 @@ def create_app(
     *,
     model: Model | None = None,
     agent: Agent | None = None,
+    models: ModelRegistry | None = None,
     max_message_chars: int = 100_000,
     token: str | None = None,
     offline_delay: float = 0.02,
@@ -137,8 +158,10 @@ def create_app(
     """The chat app over one SQLite file, or a PostgreSQL database (``db_path`` a
     ``postgresql://`` URL) shared with other processes.
 
-    ``model`` defaults to the offline model; ``agent`` (overrides ``model``)
-    defaults to an assistant with the calculator and current_time tools.
+    ``models``: the models a chat chooses from (`ModelRegistry.from_settings`); without
+    it, just ``model``, the offline model by default. ``agent`` (its model overrides
+    ``model``) defaults to an assistant with the calculator and current_time tools; each
+    chat's runs get it with the chat's own model and instructions.
     ``token``: when set, every request needs it (see `webapp.web.security`).
     ``redact``: secrets (an API key) never shown in an error message.
     ``allowed_hosts``: host names the Host header may carry (None: any).
@@ -149,11 +172,11 @@ def create_app(
         raise ValueError(f"max_message_chars must be at least 1, got {max_message_chars!r}")
     if token is not None and len(token) < 8:
         raise ValueError("the access token must be at least 8 characters long")
-    if agent is None:
-        model = model or model_from_settings(
-            base_url=None, model=None, api_key=None, offline_delay=offline_delay
-        )
-        agent = default_agent(model)
+    if models is None and agent is not None:
+        models = ModelRegistry.single(agent.model) if agent.model else ModelRegistry()
+    elif models is None:
+        models = ModelRegistry.single(model or OfflineModel(delay=offline_delay))
+    agent = agent or default_agent(None)  # its model: each chat's, from ``models``
     for name, folder in (("templates", templates_dir), ("static", static_dir)):
         if not Path(folder, "base.html" if name == "templates" else "app.js").is_file():
             raise FileNotFoundError(
@@ -163,7 +186,8 @@ def create_app(
             )
     app = Starlette(routes=routes(static_dir), exception_handlers={HTTPException: http_exception})
     templates = Templates(templates_dir, by_name(app.routes))
-    state = _build_state(db_path, agent, templates, max_message_chars, redact, max_turns)
+    secrets = [*redact, *models.secrets()]
+    state = _build_state(db_path, agent, models, templates, max_message_chars, secrets, max_turns)
     app.state.web = state
     app.router.lifespan_context = _lifespan(state)
 
@@ -181,6 +205,7 @@ def create_app(
 def _build_state(
     db_path: str | os.PathLike[str],
     agent: Agent,
+    models: ModelRegistry,
     templates: Templates,
     max_message_chars: int,
     redact: Sequence[str],
@@ -206,8 +231,10 @@ def _build_state(
         checkpointer = SQLiteCheckpointer(db_path, wal=True)
     store = ChatStore(db_path)
     fragments = Fragments(templates)
+    chat_models = ChatModels(store=store, registry=models, agent=agent)
     runs = RunManager(
         agent=agent,
+        agent_for=chat_models.agent_for,  # the chat's model and instructions
         session=session,
         checkpointer=checkpointer,
         chats=store,
@@ -226,7 +253,8 @@ def _build_state(
         checkpointer=checkpointer,
         keeper=LeaseKeeper(runs, cluster) if cluster is not None else None,
         max_message_chars=max_message_chars,
-        model_description=describe_model(agent.model) if agent.model else agent.name,
+        model_description=models.description() if models.names() else agent.name,
+        models=chat_models,
     )
 
 
@@ -237,6 +265,7 @@ def _lifespan(state: WebApp) -> Any:
         if swept:
             logger.warning("removed %d rows of deleted chats left by an earlier process", swept)
         await state.store.backfill()
+        await state.models.registry.refresh()  # bounded: an endpoint that is down costs seconds
         if state.keeper is None:
             await state.runs.recover()
         else:
@@ -252,8 +281,6 @@ def _lifespan(state: WebApp) -> Any:
             await state.store.close()
             await state.session.close()  # type: ignore[attr-defined]
             await state.checkpointer.close()  # type: ignore[attr-defined]
-            close_model = getattr(state.runs.agent.model, "aclose", None)
-            if close_model is not None:
-                await close_model()  # release the endpoint's pooled connections
+            await state.models.registry.aclose()  # release the endpoints' pooled connections
 
     return lifespan

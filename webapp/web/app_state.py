@@ -13,6 +13,7 @@ from starlette.requests import Request
 
 from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.session import Session
+from webapp.web.chat_models import ChatModels
 from webapp.web.chat_service import ChatService
 from webapp.chats.store import ChatStore
 from webapp.web.fragments import Fragments
@@ -33,6 +34,7 @@ class WebApp:
     keeper: LeaseKeeper | None  # with other processes on PostgreSQL (webapp.web.live.cluster)
     max_message_chars: int
     model_description: str
+    models: ChatModels  # each chat's model and instructions, and the models on offer
 
 
 def web(request: Request) -> WebApp:

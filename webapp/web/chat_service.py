@@ -34,6 +34,7 @@ from webapp.transcript import UserEntry
 from webapp.chats import file_format
 from webapp.chats.file_format import ChatFile, ChatFileError
 from webapp.chats.search import SearchHit
+from webapp.chats.settings import ChatSettings
 from webapp.chats.text import shortened_title
 from webapp.chats.store import (
     AlreadySentError,
@@ -49,6 +50,7 @@ from webapp.web.view_models import (
     ChatItem,
     ReplyView,
     UserView,
+    annotate,
     items_from_segments,
     render_replies,
     title_from_text,
@@ -233,7 +235,7 @@ class ChatService:
         if live.finished and chat.active_run_id != live.run_id:
             return Conversation(chat, items, None, earlier)
         if live.continues is not None:  # its reply streams in place of the stored one
-            live.reply.versions = versions.of_reply(live.continues)
+            annotate(live.reply, versions)  # its run_id is the reply it continues
             kept = [
                 i for i in items if not (isinstance(i, ReplyView) and i.run_id == live.continues)
             ]
@@ -241,7 +243,7 @@ class ChatService:
         for item in items:  # the live reply comes after them all
             if isinstance(item, ReplyView):
                 item.last = False
-        live.reply.versions = versions.of_reply(live.run_id)
+        annotate(live.reply, versions)
         user = UserView(live.run_id, live.input_text, versions.of_message(live.run_id))
         return Conversation(chat, [*items, user], live, earlier)
 
@@ -250,8 +252,11 @@ class ChatService:
     async def new_chat(self) -> Chat:
         return await self.store.create()
 
-    async def start_chat(self, text: str, client_id: str | None) -> NewChatOutcome:
-        """A new chat with its first message (the empty home page's composer)."""
+    async def start_chat(
+        self, text: str, client_id: str | None, settings: ChatSettings | None = None
+    ) -> NewChatOutcome:
+        """A new chat with its first message (the empty home page's composer), and with
+        ``settings`` (a preset or a model chosen there) from its first run on."""
         # Two posts of one client id (to any process): the second finds the first.
         async with self._new_chat_lock, self.runs.across_processes(f"new:{client_id}"):
             if client_id is not None:
@@ -260,6 +265,8 @@ class ChatService:
                 if chat is not None:
                     return AlreadySent(chat)
             chat = await self.store.create()
+            if settings is not None:
+                await self.store.settings.apply(chat.id, settings)
             async with self.runs.lock(chat.id):  # a new chat: nothing can refuse its run
                 return await self._start(chat.id, text, NewRun(new_run_id(), client_id=client_id))
 

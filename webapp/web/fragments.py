@@ -38,6 +38,7 @@ class Fragments:
 
     def final_reply(self, chat_id: str, reply: ReplyView) -> str:
         """The finished reply plus, out of band, an empty alert (a "still running"
-        refusal is stale once the run has ended)."""
+        refusal is stale once the run has ended) and a fetch of the chat's new total."""
         alert = self.templates.render("_alert.html", alert="", oob=True)
-        return self.reply(chat_id, reply) + alert
+        total = self.templates.render("_chat_usage.html", chat_id=chat_id, refresh=True)
+        return self.reply(chat_id, reply) + alert + total

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -39,6 +40,7 @@ class Templates:
         self.env.globals["url_for"] = _remembered(url_for)
         self.env.globals["events"] = event_names
         self.env.filters["markdown"] = render_markdown
+        self.env.filters["clock"] = _clock
 
     def render(self, name: str, **context: Any) -> str:
         return self.env.get_template(name).render(**context)
@@ -54,6 +56,11 @@ class Templates:
         return HTMLResponse(
             self.render(name, **context), status_code=status_code, headers=dict(headers or {})
         )
+
+
+def _clock(moment: float) -> str:
+    """A time of today as the server's clock reads it, e.g. 14:05:09."""
+    return time.strftime("%H:%M:%S", time.localtime(moment))
 
 
 def by_name(routes: Sequence[BaseRoute]) -> UrlFor:

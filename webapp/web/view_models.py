@@ -28,6 +28,7 @@ from webapp.transcript import (
     UserEntry,
 )
 from webapp.chats.tree import PathVersions, Versions
+from webapp.usage import Usage
 from webapp.web.markdown import render_markdown
 
 ReplyStatus = Literal["streaming", "completed", "stopped", "failed"]
@@ -73,6 +74,8 @@ class ReplyView:
     cut_off: bool = False
     versions: Versions | None = None  # set when the reply has more than one version
     last: bool = True  # the last reply on the page: the only one that can be continued
+    model: str | None = None  # the endpoint/model that wrote it, when recorded
+    usage: Usage | None = None  # as the endpoint reported it; None: it reported none
     html: Markup | None = None  # ``text`` as Markdown, when `render_replies` drew it
     kind = "assistant"  # for templates: which partial draws this item
 
@@ -80,6 +83,12 @@ class ReplyView:
     def stream_run_id(self) -> str:
         """The run whose events and Stop this reply's element uses."""
         return self.live_run_id or self.run_id
+
+    @property
+    def other_models(self) -> list[str]:
+        """The models that wrote this reply's other versions, where they differ from its own."""
+        models = self.versions.models if self.versions is not None else ()
+        return sorted({m for m in models if m and m != self.model})
 
     @property
     def can_continue(self) -> bool:
@@ -150,6 +159,14 @@ async def render_replies(items: Iterable[object]) -> None:
         reply.html = html
 
 
+def annotate(reply: ReplyView, versions: PathVersions) -> None:
+    """The reply's switcher, model and usage, from its run's node in the tree."""
+    reply.versions = versions.of_reply(reply.run_id)
+    node = versions.nodes.get(reply.run_id)
+    if node is not None:
+        reply.model, reply.usage = node.model, node.usage
+
+
 def tool_dom_id(call_id: str) -> str:
     """An HTML id for a tool card; call ids come from models, so never used raw."""
     return "tool-" + hashlib.sha1(call_id.encode("utf-8")).hexdigest()[:16]
@@ -212,7 +229,8 @@ def items_from_segments(
         status = status_from_meta(seg.meta)
         if rest or status != "completed" or user is not None:
             reply = reply_from_entries(seg.run_id, rest, status, meta=seg.meta)
-            reply.versions = versions.of_reply(seg.run_id) if versions else None
+            if versions is not None:
+                annotate(reply, versions)
             items.append(reply)
     replies = [i for i in items if isinstance(i, ReplyView)]
     for reply in replies[:-1]:

@@ -8,6 +8,7 @@ records every request so a test can prove the app really called it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -198,11 +199,15 @@ class FakeEndpoint:
         stream = _completion_stream(deltas, finish_reason)
         return StreamingResponse(stream, media_type="text/event-stream")
 
+    def routes(self) -> list[Route]:
+        return [Route("/v1/chat/completions", self._completions, methods=["POST"])]
+
     def start(self) -> None:
-        app = Starlette(routes=[Route("/v1/chat/completions", self._completions, methods=["POST"])])
+        """Serve on `port` (0: a free one, chosen now)."""
+        app = Starlette(routes=self.routes())
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("127.0.0.1", self.port))
         self.port = int(sock.getsockname()[1])
         config = uvicorn.Config(app, log_level="warning", lifespan="off")
         self._server = uvicorn.Server(config)
@@ -245,6 +250,60 @@ async def _completion_stream(
     last = {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason}]}
     yield f"data: {json.dumps(last)}\n\n".encode()
     yield b"data: [DONE]\n\n"
+
+
+@dataclass
+class ModelsEndpoint(FakeEndpoint):
+    """An endpoint with models of its own: ``GET /v1/models`` lists `models`, and each
+    completion streams "NAME/MODEL reply #n." (n counts this endpoint's requests), then
+    the usage it reports, also kept in `reported` as (prompt, completion) tokens."""
+
+    mode: str = "models"
+    name: str = ""
+    models: list[str] = field(default_factory=list)
+    reported: list[tuple[int, int]] = field(default_factory=list)
+    chunk_delay: float = 0.0
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            Route("/v1/models", self._models, methods=["GET"]),
+        ]
+
+    def reply_text(self, n: int, model: str) -> str:
+        return f"{self.name}/{model} reply #{n}."
+
+    async def _models(self, request: Request) -> Response:
+        listed = [{"id": m, "object": "model", "owned_by": self.name} for m in self.models]
+        return JSONResponse({"object": "list", "data": listed})
+
+    async def _chat(self, request: Request) -> Response:
+        body = await request.json()
+        self.requests.append(body)
+        n = len(self.requests)
+        words = self.reply_text(n, str(body.get("model"))).split(" ")
+        # Numbers no estimate would make: what the page shows must be these.
+        usage = (1000 * len(self.name) + 17 * n, 3 * len(words) + n)
+        self.reported.append(usage)
+        deltas = [{"content": w if i == 0 else " " + w} for i, w in enumerate(words)]
+        stream = _usage_stream(deltas, usage, str(body.get("model")), self.chunk_delay)
+        return StreamingResponse(stream, media_type="text/event-stream")
+
+
+async def _usage_stream(
+    deltas: list[dict[str, str]], usage: tuple[int, int], model: str, delay: float
+) -> AsyncIterator[bytes]:
+    """Chat Completions SSE with the usage chunk ``stream_options.include_usage`` asks for."""
+    async for piece in _completion_stream(deltas):
+        if piece == b"data: [DONE]\n\n":
+            prompt, completion = usage
+            counts = {"prompt_tokens": prompt, "completion_tokens": completion}
+            chunk = {"object": "chat.completion.chunk", "model": model, "choices": []}
+            chunk["usage"] = {**counts, "total_tokens": prompt + completion}
+            yield f"data: {json.dumps(chunk)}\n\n".encode()
+        elif delay:
+            await asyncio.sleep(delay)
+        yield piece
 
 
 @dataclass(frozen=True)

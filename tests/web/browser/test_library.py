@@ -61,6 +61,7 @@ def _regenerated_calculation(page: Page) -> str:
 def _import(page: Page, file: Path) -> int:
     """Choose `file` in Chat file, press Import and wait for the page it leads to (the
     new chat, or the refusal); returns the HTTP status of the POST itself."""
+    page.get_by_text("More", exact=True).click()  # Import is folded away beside New chat
     page.get_by_label("Chat file", exact=True).set_input_files(file)
     with page.expect_navigation(wait_until="load") as navigated:
         button(page, "Import").click()

@@ -22,6 +22,7 @@ import logging
 from dataclasses import asdict
 from typing import Any
 
+from webapp.usage import Usage
 from webapp.web import event_names as names
 from webapp.web.live.cluster import Cluster, EventRow
 from webapp.web.live.run_state import RunState
@@ -45,6 +46,8 @@ def reply_to_json(reply: ReplyView) -> dict[str, Any]:
         "live_run_id": reply.live_run_id,
         "cut_short": reply.cut_short,
         "cut_off": reply.cut_off,
+        "model": reply.model,
+        "usage": reply.usage.to_dict() if reply.usage is not None else None,
     }
 
 
@@ -72,6 +75,8 @@ def reply_from_json(data: dict[str, Any]) -> ReplyView:
         data["live_run_id"],
         bool(data["cut_short"]),
         cut_off=bool(data.get("cut_off")),  # absent from an older process's records
+        model=data.get("model"),
+        usage=Usage.from_dict(data["usage"]) if data.get("usage") else None,
     )
 
 

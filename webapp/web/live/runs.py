@@ -49,6 +49,7 @@ from webapp.events import (
     ToolCallStarted,
     TurnEnded,
 )
+from webapp.models.endpoints import model_name
 from webapp.runtime.agent import Agent
 from webapp.runtime.options import CheckpointOptions
 from webapp.runtime.runner import Runner
@@ -67,6 +68,7 @@ from webapp.web.live.run_state import RunState
 from webapp.web.view_models import (
     ReplyStatus,
     ReplyView,
+    annotate,
     render_replies,
     reply_from_entries,
     split_run,
@@ -185,10 +187,12 @@ class RunManager:
         A continuation (``continues``: the reply it goes on with) runs with no
         input; its text streams into that reply.
         """
-        # The input goes with the run's record, committed before the run starts: a
-        # crash before the run's first checkpoint restarts it from there (see
-        # `_recover_one`), and nothing the run writes can outlive a record that failed.
-        record = new if continues is not None else replace(new, input=text)
+        # The input and the agent's model go with the run's record, committed before the
+        # run starts: a crash before the run's first checkpoint restarts it from there
+        # (see `_recover_one`), and nothing the run writes can outlive a record that failed.
+        agent = await self.agent_for(chat_id)
+        model = model_name(agent.model)
+        record = replace(new, model=model, input=text if continues is None else new.input)
         begun = await self.chats.begin_run(chat_id, record, page=page)
         if continues is None:
             state = self._new_state(chat_id, new.run_id, text, ReplyView(new.run_id))
@@ -197,7 +201,7 @@ class RunManager:
         if self.cluster is not None:  # a new run: nobody else can hold its lease
             await self.cluster.claim(state.run_id, chat_id, state.epoch)
             await publish_start(self.cluster, state)
-        state.agent = await self.agent_for(chat_id)
+        state.agent = agent
         # Not deleted on success: `end_run` drops the checkpoint with the chat's own update.
         options = CheckpointOptions(self.checkpointer, new.run_id, if_run_exists="fail")
         self._launch(state, [] if continues is not None else text, options, self.session)
@@ -206,14 +210,8 @@ class RunManager:
     def _continuing(
         self, chat_id: str, run_id: str, reply: ReplyView, epoch: str | None = None
     ) -> RunState:
-        shown = ReplyView(
-            reply.run_id,
-            "streaming",
-            reply.text,
-            reply.reasoning,
-            list(reply.tools),
-            live_run_id=run_id,
-        )
+        shown = ReplyView(reply.run_id, "streaming", reply.text, reply.reasoning, list(reply.tools))
+        shown.live_run_id = run_id
         state = self._new_state(chat_id, run_id, "", shown, epoch)
         state.continues = reply.run_id
         state.fresh_text = not reply.text  # the first delta goes on from the partial text
@@ -332,9 +330,9 @@ class RunManager:
         try:
             with self._fenced(state.run_id, state.epoch):
                 reply = await self._record_outcome(state, event)
-            # The finished reply keeps its switcher (only its own part of the tree).
+            # The finished reply keeps its switcher, model and usage (its part of the tree).
             tree = await self.chats.tree_around(state.chat_id, [reply.run_id])
-            reply.versions = tree.versions([tree.nodes[reply.run_id]]).of_reply(reply.run_id)
+            annotate(reply, tree.versions([tree.nodes[reply.run_id]]))
         except FencedOffError:  # taken over elsewhere: that attempt records the outcome
             logger.warning("run %s: another process took it over; nothing recorded", state.run_id)
             state.lease_lost = state.abandoned = state.finished = True

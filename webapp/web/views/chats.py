@@ -6,6 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from webapp.web.app_state import web
+from webapp.web.chat_models import Refused
 from webapp.web.chat_service import Branched, Busy, ChatNotFound, RunNotFound
 from webapp.web.forms import (
     FormError,
@@ -56,11 +57,15 @@ async def chat_page(request: Request) -> Response:
 
 
 async def new_chat(request: Request) -> Response:
-    """POST /chats: a new chat; with a ``text`` field (the empty home page) it is sent too."""
+    """POST /chats: a new chat; with a ``text`` field (the empty home page) it is sent too,
+    with the ``preset`` or the ``model`` chosen there."""
     app = web(request)
     try:
         fields = await read_fields(request, byte_limit(app.max_message_chars))
         form = message_from_fields(fields, app.max_message_chars) if "text" in fields else None
+        settings = app.models.for_new_chat(fields.get("preset"), fields.get("model"))
+        if isinstance(settings, Refused):
+            raise FormError(400, settings.message, draft=form.text if form else "")
     except FormError as exc:
         if is_htmx(request):
             return await refuse(request, exc.status, exc.message)
@@ -71,7 +76,7 @@ async def new_chat(request: Request) -> Response:
     if form is None:
         chat = await app.chats.new_chat()
     else:
-        chat = (await app.chats.start_chat(form.text, form.client_id)).chat
+        chat = (await app.chats.start_chat(form.text, form.client_id, settings)).chat
     return to_chat(request, chat.id)
 
 

@@ -72,7 +72,7 @@ async def page_context(
     read: Page | None = None,
 ) -> dict[str, Any]:
     """Everything base.html and chat.html need, except the per-request extras
-    (``with_list=False``: not the chat list, for fragments that do not show it;
+    (``with_list=False``: not the chat list nor the chat's settings, for fragments;
     ``before``: the page of older messages before that run, else `NotOnPage`;
     ``everything``: every message, not just the latest page; ``read``: the latest
     page, already read as the live run began)."""
@@ -83,6 +83,9 @@ async def page_context(
         conversation = await app.chats.conversation(chat, before=before, limit=limit, read=read)
         if conversation is None:
             raise NotOnPage(before)
+    # The chat's settings and total: a page's header and composer, not a fragment's.
+    settings = await app.models.settings(chat.id) if chat is not None and with_list else None
+    total = await app.store.settings.usage(chat.id) if chat is not None and with_list else None
     return {
         "chat": chat,
         "chats": await app.chats.recent() if with_list else [],
@@ -92,7 +95,12 @@ async def page_context(
         "before": before,
         "client_id": new_client_id(),
         "max_message_chars": app.max_message_chars,
-        "model_description": app.model_description,
+        "model_description": app.models.registry.description() or app.model_description,
+        "picker": app.models.picker(settings),
+        "chat_settings": settings,
+        "chat_usage": total,
+        "presets": app.models.registry.presets if chat is None else (),
+        "default_instructions": app.models.default_instructions,
     }
 
 
