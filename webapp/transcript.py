@@ -66,9 +66,19 @@ def entry_to_dict(entry: Entry) -> dict[str, Any]:
         name = _NAMES[type(entry)]
     except KeyError:
         raise TypeError(f"not a transcript entry: {entry!r}") from None
-    data = {"type": name, **asdict(entry)}
-    if not data.get("images", True):
-        del data["images"]  # absent means none: older readers and exports stay as they were
+    return omit_empty({"type": name, **asdict(entry)})
+
+
+# Fields added after the first format, written only when they hold something: absent
+# means empty, so older readers and exports stay as they were.
+OMITTED_WHEN_EMPTY = ("images",)
+
+
+def omit_empty(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without the later fields that are empty (see `OMITTED_WHEN_EMPTY`)."""
+    for key in OMITTED_WHEN_EMPTY:
+        if key in data and not data[key]:
+            del data[key]
     return data
 
 

@@ -81,6 +81,9 @@ async def test_tool_results_keep_their_images_and_old_rows_read_without(session:
         assert loaded == [e for run in runs for e in run]
         assert [e.images for e in loaded] == [(image,), (), (), (image, image)]
         assert all(type(e.images) is tuple for e in loaded)
+    # written back as entry_to_dict writes them: no "images" key where there are none
+    await session.append("t", [e for run in runs for e in run], run_id="again")
+    assert await session.load("t") == [e for run in runs for e in run]
 
 
 async def test_unknown_session_is_empty(session: Any) -> None:

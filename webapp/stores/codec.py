@@ -22,7 +22,7 @@ from typing import Any
 
 from webapp.stores.checkpoint import RunHead
 from webapp.stores.session import Segment, longest_untrimmed, trim_output
-from webapp.transcript import Entry, entry_from_dict, entry_to_dict
+from webapp.transcript import Entry, entry_from_dict, entry_to_dict, omit_empty
 
 __all__ = [
     "SQL_INT_MAX",
@@ -269,7 +269,7 @@ def _entry_dict(entry: Entry) -> dict[str, Any]:
     """Like `entry_to_dict` (a TypeError for anything but an entry)."""
     name = _NAMES.get(type(entry))
     if name is not None:
-        return {"type": name, **entry.__dict__}
+        return omit_empty({"type": name, **entry.__dict__})
     data = entry_to_dict(entry)
     own = getattr(entry, "__dict__", None)
     if own is not None and list(data) == ["type", *own]:
