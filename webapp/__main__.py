@@ -178,6 +178,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(env WEBAPP_ALLOWED_HOSTS)",
     )
     parser.add_argument(
+        "--config",
+        default=env("WEBAPP_CONFIG"),
+        metavar="FILE",
+        help="the app's TOML config file: the MCP servers whose tools the model may call "
+        "(env WEBAPP_CONFIG; see README, Tools)",
+    )
+    parser.add_argument(
         "--log-level",
         default=env("WEBAPP_LOG_LEVEL") or "info",
         choices=LOG_LEVELS,
@@ -253,10 +260,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.log_level)
 
+    from webapp.config import ConfigError, load_config
     from webapp.models.config import describe_model, model_from_settings
     from webapp.stores.postgres import redact_dsn
     from webapp.web import create_app
 
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"webapp: {exc}", file=sys.stderr)
+        return 2
     try:
         model = model_from_settings(
             base_url=args.base_url,
@@ -275,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             token=token,
             redact=[args.api_key or ""],
             allowed_hosts=allowed_hosts(args.host, extra=args.allowed_hosts),
+            config=config,
         )
     except ValueError as exc:
         print(f"webapp: {exc}", file=sys.stderr)

@@ -13,6 +13,7 @@ from starlette.requests import Request
 
 from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.session import Session
+from webapp.web.agents import ChatAgents
 from webapp.web.chat_service import ChatService
 from webapp.chats.store import ChatStore
 from webapp.web.fragments import Fragments
@@ -31,6 +32,7 @@ class WebApp:
     session: Session
     checkpointer: Checkpointer
     keeper: LeaseKeeper | None  # with other processes on PostgreSQL (webapp.web.live.cluster)
+    agents: ChatAgents  # each chat's agent: built-in tools, MCP servers, grants
     max_message_chars: int
     model_description: str
 
