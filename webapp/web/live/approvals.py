@@ -90,6 +90,15 @@ class Pauses:
         waiting = {str(p["call_id"]): bool(p.get("may_have_run")) for p in snapshot.head.pending}
         reply.mark_approvals(await self.runs.chats.approvals.of_run(run_id), waiting)
 
+    async def mark_decided(self, state: RunState, reply: ReplyView) -> None:
+        """The cards of a run's final ``reply`` say what the user decided on them (a
+        continuation's reply holds its own calls and those of the reply it continues)."""
+        if not reply.tools:
+            return
+        approvals = self.runs.chats.approvals
+        decided = await approvals.of_run(state.continues) if state.continues else {}
+        reply.mark_approvals({**decided, **await approvals.of_run(state.run_id)})
+
     async def before_resume(self, run_id: str, snapshot: RunSnapshot) -> None:
         """Copy the decisions the chat database holds for the run's waiting calls into
         its checkpoint (the first recorded stands in both), where the resume reads them."""

@@ -343,6 +343,7 @@ class RunManager:
         try:
             with self.fenced(state.run_id, state.epoch):
                 reply = await self._record_outcome(state, event)
+            await self.pauses.mark_decided(state, reply)  # Allowed / Denied stay on the cards
             # The finished reply keeps its switcher (only its own part of the tree).
             tree = await self.chats.tree_around(state.chat_id, [reply.run_id])
             reply.versions = tree.versions([tree.nodes[reply.run_id]]).of_reply(reply.run_id)
