@@ -35,6 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, replace
 from typing import Any
 
+from webapp.chats.store import Begun, Chat, ChatStore, NewRun
 from webapp.events import (
     TERMINAL_EVENTS,
     Event,
@@ -57,12 +58,11 @@ from webapp.stores.postgres import FencedOffError, fenced
 from webapp.stores.session import Session
 from webapp.transcript import Entry, UserEntry, drop_dangling_tool_calls
 from webapp.web import event_names as names
-from webapp.chats.store import Begun, Chat, ChatStore, NewRun
+from webapp.web.fragments import Fragments
 from webapp.web.live.approvals import Pauses
 from webapp.web.live.chat_locks import ChatLocks
 from webapp.web.live.cluster import Cluster
 from webapp.web.live.followers import Followers, publish_start, reply_to_json
-from webapp.web.fragments import Fragments
 from webapp.web.live.recovery import Recovery
 from webapp.web.live.run_state import RunState
 from webapp.web.view_models import (
