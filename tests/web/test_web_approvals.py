@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -340,3 +341,39 @@ async def test_a_huge_result_is_cut_for_the_model_and_kept_whole_for_the_user(tm
         assert kept.output == "x" * (MAX_RESULT_CHARS * 3)
         [card] = cards(await client.page(chat_id))
         assert card.find(class_="tool-result").text() == kept.output
+
+
+async def test_deleting_a_chat_while_it_waits_leaves_nothing(tmp_path: Path):
+    db = tmp_path / "chat.db"
+    async with running(
+        db, agent=note_agent(Notes(), *[[("write_note", {"text": "a"})]] * 2)
+    ) as client:
+        chat_id = await client.new_chat()
+        await client.send(chat_id, "note a")
+        await waiting_run(client, chat_id)
+        await client.web.store.approvals.decide(chat_id, "other-run", {"c": "allow"}, grant="x")
+        assert (await client.http.post(f"/chats/{chat_id}/delete")).status_code == 303
+        assert (await client.http.get(f"/chats/{chat_id}")).status_code == 404
+    with sqlite3.connect(db) as conn:
+        for table in ("paused_runs", "tool_decisions", "tool_grants", "checkpoint_heads"):
+            assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
+
+
+async def test_a_chat_database_from_before_approvals_gains_their_tables(tmp_path: Path):
+    db = tmp_path / "chat.db"
+    store = ChatStore(db)
+    chat = await store.create("old")
+    await store.close()
+    with sqlite3.connect(db) as conn:  # the file as version 7 left it
+        conn.executescript(
+            "DROP TABLE tool_decisions; DROP TABLE tool_grants; DROP TABLE paused_runs;"
+            "UPDATE schema_versions SET version = 7 WHERE name = 'webapp_chats';"
+        )
+    notes = Notes()
+    async with running(db, agent=note_agent(notes)) as client:
+        await client.send(chat.id, "note hello")
+        await waiting_run(client, chat.id)
+        [card] = cards(await client.page(chat.id))
+        await press(client, card, "Allow")
+        await client.wait_idle(chat.id)
+        assert notes.written == ["hello"]

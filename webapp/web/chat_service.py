@@ -522,7 +522,7 @@ class ChatService:
                 first = segments[0].entries[0] if segments and segments[0].entries else None
                 live = self.runs.latest(chat_id)
                 text = first.text if isinstance(first, UserEntry) else None
-                if text is None and live is not None and not live.finished:
+                if text is None and live is not None and (not live.finished or live.paused):
                     text = live.input_text  # the first message's reply is still streaming
                 title = title_from_text(text) if text else ""
             await self.store.rename(chat_id, title)
