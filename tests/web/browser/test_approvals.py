@@ -201,7 +201,7 @@ def test_while_it_waits_a_send_is_refused_with_409(
     with page.expect_response(re.compile(r"/messages$")) as refused:
         button(page, "Send").click()
     assert refused.value.status == 409
-    expect(page.get_by_role("alert").first).to_contain_text("still running")
+    expect(page.get_by_role("alert").filter(has_text="still running")).to_be_visible()
     expect(message_box(page)).to_have_value("another message")
     expect(users(page)).to_have_count(1)
     waiting_card(page)
