@@ -56,7 +56,9 @@ def cpu_over(pid: int, seconds: float) -> float:
 def start(directory: Path, endpoint: FakeEndpoint) -> AppServer:
     config = directory / "webapp.toml"
     args = json.dumps([str(MCP_SERVER), str(directory)])
-    config.write_text(f"[mcp_servers.test]\ncommand = {json.dumps(sys.executable)}\nargs = {args}\n")
+    config.write_text(
+        f"[mcp_servers.test]\ncommand = {json.dumps(sys.executable)}\nargs = {args}\n"
+    )
     server = AppServer(
         port=free_port(),
         db=directory / "chat.db",
