@@ -9,10 +9,14 @@ from pathlib import Path
 
 from webhelpers import MakeClient, eventually, parse_html, replies
 
+from webapp.chats.store import ChatStore, NewRun
 from webapp.config import AppConfig, McpServerConfig, load_config
 from webapp.models import ScriptedModel
 from webapp.runtime.agent import Agent
+from webapp.stores.checkpoint import RunHead
+from webapp.stores.sqlite_checkpoint import SQLiteCheckpointer
 from webapp.tools import calculator, current_time
+from webapp.transcript import ToolCallEntry, ToolResultEntry, UserEntry
 from webapp.web.view_models import shown_images
 
 SERVER = Path(__file__).resolve().parents[1] / "mcp_server.py"
@@ -134,3 +138,26 @@ def test_the_cli_reads_the_config_file_and_refuses_a_wrong_one(tmp_path: Path):
     bad = tmp_path / "bad.toml"
     bad.write_text('[mcp_servers.test]\nurl = "ftp://nowhere"\n')
     assert main(["--config", str(bad), "--port", "0"]) == 2
+
+
+async def test_start_up_resumes_owed_runs_once_the_servers_are_connected(
+    web_client_factory: MakeClient, tmp_path: Path
+):
+    db = tmp_path / "chat.db"
+    run_id = "0d" * 16
+    chats, checkpoints = ChatStore(db), SQLiteCheckpointer(db, wal=True)
+    try:  # a process killed while test__echo (read-only: re-run after a crash) ran
+        chat = await chats.create("crashed")
+        await chats.begin_run(chat.id, NewRun(run_id, input="echo"))
+        call = ToolCallEntry("call_1", "test__echo", '{"text": "still here"}')
+        head = RunHead("assistant", turns=1, session_id=chat.id)
+        await checkpoints.append(run_id, [UserEntry("echo"), call], head)
+    finally:
+        await chats.close()
+        await checkpoints.close()
+    config = AppConfig(mcp_servers=(stdio_server(tmp_path),))
+    client = await web_client_factory(db=db, model=ScriptedModel(["Echoed."]), config=config)
+    await client.wait_idle(chat.id)
+    [segment] = await client.web.session.segments(chat.id)
+    results = [e for e in segment.entries if isinstance(e, ToolResultEntry)]
+    assert results == [ToolResultEntry("call_1", "still here")]

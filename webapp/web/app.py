@@ -294,9 +294,10 @@ async def _connected(servers: McpServers, timeout: float) -> None:
     """Wait until every MCP server has connected or failed, ``timeout`` at most."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        starting = [n for n, s in servers.states.items() if s.status == "starting"]
-        if not starting:
+    while starting := [n for n, s in servers.states.items() if s.status == "starting"]:
+        if loop.time() >= deadline:
+            logger.warning(
+                "MCP servers still starting after %g s: %s", timeout, ", ".join(starting)
+            )
             return
         await asyncio.sleep(0.05)
-    logger.warning("MCP servers still starting after %g s: %s", timeout, ", ".join(starting))
