@@ -184,6 +184,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(env WEBAPP_ALLOWED_HOSTS)",
     )
     parser.add_argument(
+        "--config",
+        default=env("WEBAPP_CONFIG"),
+        metavar="FILE",
+        help="the app's TOML config file: the MCP servers whose tools the model may call "
+        "(env WEBAPP_CONFIG; see README, Tools)",
+    )
+    parser.add_argument(
         "--log-level",
         default=env("WEBAPP_LOG_LEVEL") or "info",
         choices=LOG_LEVELS,
@@ -285,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             token=token,
             redact=[args.api_key or ""],
             allowed_hosts=allowed_hosts(args.host, extra=args.allowed_hosts),
+            config=config,
         )
     except ValueError as exc:
         print(f"webapp: {exc}", file=sys.stderr)

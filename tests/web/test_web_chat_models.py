@@ -99,9 +99,9 @@ async def test_a_preset_on_the_new_chat_page_sets_model_instructions_and_paramet
     assert settings is not None
     assert (settings.model, settings.instructions) == ("local/m", "You review code.")
     assert (settings.temperature, settings.max_tokens) == (0.2, 256)
-    agent = await client.web.models.agent_for(chat_id)
+    agent = await client.web.agents.chat_agent(chat_id)
     assert agent.instructions == "You review code."
-    built = agent.model.model  # type: ignore[union-attr]
+    built = agent.model.model.model  # type: ignore[union-attr]  # cut results, named, built
     assert (built.temperature, built.max_tokens) == (0.2, 256)
     # The endpoint is down: the run failed saying so, and the app goes on.
     reply = replies(await client.page(chat_id))[0]
@@ -140,7 +140,7 @@ async def test_the_models_section_says_why_an_endpoint_is_missing(
     down = EndpointConfig("down", f"http://127.0.0.1:{closed_port()}/v1")
     up = EndpointConfig("up", "http://127.0.0.1:9/v1", models=("m1",))
     client = await web_client_factory(models=ModelRegistry([up, down]))
-    page = parse_html((await client.http.get("/tools/models")).text)
+    page = parse_html((await client.http.get("/tools")).text)
     section = page.find(id="models-status")
     assert section.find("h2").norm_text() == "Models"
     states = {e.attrs["data-endpoint"]: e for e in section.find_all("li", class_="endpoint")}
@@ -154,7 +154,7 @@ async def test_the_models_section_says_why_an_endpoint_is_missing(
     assert refreshed.status_code == 200
     assert parse_html(refreshed.text).find(id="models-status")
     plain = await client.http.post("/tools/models/refresh")
-    assert plain.status_code == 303 and plain.headers["location"] == "/tools/models"
+    assert plain.status_code == 303 and plain.headers["location"] == "/tools"
 
 
 async def test_the_chat_total_is_served_for_the_header(web_client_factory: MakeClient) -> None:

@@ -188,3 +188,27 @@ class _PostgresChats(PostgresBacked):
 # delete, its versions, the start-up sweep), in each dialect.
 SQLITE_STORES = sqlite_session.SCHEMA_SQL + sqlite_checkpoint.SCHEMA_SQL
 POSTGRES_STORES = postgres_session.SCHEMA_SQL + postgres_checkpoint.SCHEMA_SQL
+
+# The run leases and event log of several processes (webapp.web.live.cluster), on
+# PostgreSQL only: the chat database owns every table, so its migrations stay in one place.
+CLUSTER_TABLES = """
+CREATE TABLE IF NOT EXISTS run_leases (
+    run_id     TEXT PRIMARY KEY,
+    chat_id    TEXT NOT NULL,
+    owner      TEXT NOT NULL,
+    epoch      TEXT NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX IF NOT EXISTS run_leases_by_owner ON run_leases (owner);
+CREATE TABLE IF NOT EXISTS run_events (
+    run_id     TEXT NOT NULL,
+    epoch      TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    event      TEXT NOT NULL,
+    data       TEXT NOT NULL,
+    delta      TEXT,
+    written_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, epoch, seq)
+);
+CREATE INDEX IF NOT EXISTS run_events_by_time ON run_events (written_at);
+"""

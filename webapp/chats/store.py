@@ -34,7 +34,8 @@ from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
 from webapp.chats import settings as chat_settings
 from webapp.chats import tree as chat_tree
-from webapp.chats.db import POSTGRES_STORES, SQLITE_STORES, Tx, open_chat_db
+from webapp.chats import tool_approvals
+from webapp.chats.db import CLUSTER_TABLES, POSTGRES_STORES, SQLITE_STORES, Tx, open_chat_db
 from webapp.chats.file_format import ChatFile
 from webapp.chats.pages import Page, read_page
 from webapp.chats.search import SearchHit
@@ -47,30 +48,6 @@ CREATE TABLE IF NOT EXISTS run_inputs (
     chat_id TEXT NOT NULL,
     input TEXT NOT NULL
 );
-"""
-
-# The run leases and event log of several processes (webapp.web.live.cluster), on
-# PostgreSQL only: the chat database owns every table, so its migrations stay in one place.
-_CLUSTER_TABLES = """
-CREATE TABLE IF NOT EXISTS run_leases (
-    run_id     TEXT PRIMARY KEY,
-    chat_id    TEXT NOT NULL,
-    owner      TEXT NOT NULL,
-    epoch      TEXT NOT NULL,
-    expires_at TIMESTAMPTZ NOT NULL
-);
-CREATE INDEX IF NOT EXISTS run_leases_by_owner ON run_leases (owner);
-CREATE TABLE IF NOT EXISTS run_events (
-    run_id     TEXT NOT NULL,
-    epoch      TEXT NOT NULL,
-    seq        INTEGER NOT NULL,
-    event      TEXT NOT NULL,
-    data       TEXT NOT NULL,
-    delta      TEXT,
-    written_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    PRIMARY KEY (run_id, epoch, seq)
-);
-CREATE INDEX IF NOT EXISTS run_events_by_time ON run_events (written_at);
 """
 
 _SCHEMA = (
@@ -97,10 +74,10 @@ CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);
     + _RUN_INPUTS
 )
 
-# What a run in flight resumes from, dropped with it: its checkpoint, and the
-# input it was started with (`begin_run` writes it with the run, before the
-# run's first checkpoint can exist).
-_CHECKPOINT_TABLES = ("checkpoint_heads", "checkpoint_entries", "run_inputs")
+# What a run in flight resumes from, dropped with it: its checkpoint, the input it
+# was started with (`begin_run` writes it with the run, before the run's first
+# checkpoint can exist), and whether it waits for a tool approval.
+_CHECKPOINT_TABLES = ("checkpoint_heads", "checkpoint_entries", "run_inputs", "paused_runs")
 
 _SETTINGS = chat_settings.SCHEMA + chat_settings.RUN_SCHEMA
 _COLUMNS = (
@@ -186,8 +163,15 @@ class ChatStore:
     """
 
     SCHEMA_NAME = "webapp_chats"
-    SCHEMA_VERSION = 9
-    SCHEMA_SQL = SQLITE_STORES + _SCHEMA + chat_tree.SCHEMA + chat_search.SCHEMA + _SETTINGS
+    SCHEMA_VERSION = 10
+    SCHEMA_SQL = (
+        SQLITE_STORES
+        + _SCHEMA
+        + chat_tree.SCHEMA
+        + chat_search.SCHEMA
+        + _SETTINGS
+        + tool_approvals.SCHEMA
+    )
     MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: "CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);",
         # Versions: the tree's table; chats stored before it are backfilled at start-up.
@@ -202,23 +186,26 @@ class ChatStore:
         6: SQLITE_STORES + chat_search.REINDEX,
         7: chat_settings.SCHEMA,  # a chat's own model, instructions and parameters
         8: chat_settings.RUN_SCHEMA,  # each run's model and usage
+        9: tool_approvals.SCHEMA,  # tools that ask first: decisions, grants, waiting runs
     }
     # PostgreSQL started with everything above but run_inputs (its own numbering).
-    POSTGRES_SCHEMA_VERSION = 5
+    POSTGRES_SCHEMA_VERSION = 6
     POSTGRES_MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: _RUN_INPUTS,
         2: chat_search_pg.SCHEMA + chat_search_pg.REBUILD,  # no text holds the markers
         3: chat_settings.POSTGRES_SCHEMA,
         4: chat_settings.POSTGRES_RUN_SCHEMA,
+        5: tool_approvals.POSTGRES_SCHEMA,
     }
     POSTGRES_SCHEMA_SQL = (
         POSTGRES_STORES
         + _SCHEMA.replace(" REAL ", " DOUBLE PRECISION ")
         + chat_tree.SCHEMA
         + chat_search_pg.SCHEMA
-        + _CLUSTER_TABLES
+        + CLUSTER_TABLES
         + chat_settings.POSTGRES_SCHEMA
         + chat_settings.POSTGRES_RUN_SCHEMA
+        + tool_approvals.POSTGRES_SCHEMA
     )
 
     def __init__(self, location: str | os.PathLike[str]) -> None:
@@ -234,6 +221,7 @@ class ChatStore:
         )
         self.dialect = self._store.dialect
         self.settings = chat_settings.SettingsStore(self._store)
+        self.approvals = tool_approvals.ToolApprovals(self._store)
 
     async def close(self) -> None:
         await self._store.close()
@@ -294,6 +282,7 @@ class ChatStore:
             await _delete_checkpoints(tx, run_ids)
             await tx.execute("DELETE FROM chat_runs WHERE chat_id = ?", (chat_id,))
             await tx.execute("DELETE FROM sends WHERE chat_id = ?", (chat_id,))
+            await tool_approvals.forget_chat(tx, chat_id)
             return await tx.execute("DELETE FROM chats WHERE id = ?", (chat_id,)) > 0
 
         return await self._store.write(remove)
@@ -533,22 +522,7 @@ class ChatStore:
 
     async def backfill(self) -> int:
         """Tree nodes for chats stored before versions existed; returns how many chats."""
-
-        async def fill(tx: Tx) -> int:
-            rows = list(
-                await tx.fetch(
-                    "SELECT id, active_run_id, continues_run_id FROM chats WHERE id IN ("
-                    "SELECT session_id FROM session_segments WHERE run_id NOT IN "
-                    "(SELECT run_id FROM chat_runs) UNION SELECT id FROM chats WHERE "
-                    "active_run_id IS NOT NULL AND continues_run_id IS NULL AND active_run_id "
-                    "NOT IN (SELECT run_id FROM chat_runs))"
-                )
-            )
-            for chat_id, active, continuing in rows:
-                await chat_tree.backfill(tx, chat_id, None if continuing else active)
-            return len(rows)
-
-        return await self._store.write(fill)
+        return await self._store.write(chat_tree.backfill_all)
 
     async def request_stop(self, chat_id: str, run_id: str) -> None:
         await self._update(chat_id, "stop_requested_run_id = ?", (run_id,))

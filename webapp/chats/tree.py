@@ -316,3 +316,19 @@ async def backfill(tx: Tx, chat_id: str, active_run_id: str | None) -> None:
             known.add(run_id)
             seq, selected = seq + 1, selected + 1
         parent = run_id
+
+
+async def backfill_all(tx: Tx) -> int:
+    """`backfill` every chat that has runs with no node; returns how many chats."""
+    rows = list(
+        await tx.fetch(
+            "SELECT id, active_run_id, continues_run_id FROM chats WHERE id IN ("
+            "SELECT session_id FROM session_segments WHERE run_id NOT IN "
+            "(SELECT run_id FROM chat_runs) UNION SELECT id FROM chats WHERE "
+            "active_run_id IS NOT NULL AND continues_run_id IS NULL AND active_run_id "
+            "NOT IN (SELECT run_id FROM chat_runs))"
+        )
+    )
+    for chat_id, active, continuing in rows:
+        await backfill(tx, chat_id, None if continuing else active)
+    return len(rows)

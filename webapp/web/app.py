@@ -12,6 +12,7 @@ or with other processes, in one of them at once -- then closes the stores.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -25,6 +26,10 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from webapp.chats.db import is_postgres
+from webapp.chats.store import ChatStore
+from webapp.config import AppConfig
+from webapp.mcp_servers import McpServers
 from webapp.models.endpoints import ModelRegistry
 from webapp.models.offline import OfflineModel
 from webapp.runtime.agent import Agent
@@ -36,23 +41,26 @@ from webapp.stores.session import Session
 from webapp.stores.sqlite_checkpoint import SQLiteCheckpointer
 from webapp.stores.sqlite_session import SQLiteSession
 from webapp.tools import calculator, current_time
+from webapp.web.agents import ChatAgents
 from webapp.web.app_state import WebApp
 from webapp.web.assets import STATIC_DIR, TEMPLATES_DIR
-from webapp.chats.db import is_postgres
 from webapp.web.chat_models import ChatModels
 from webapp.web.chat_service import ChatService
-from webapp.chats.store import ChatStore
-from webapp.web.live.cluster import Cluster
 from webapp.web.fragments import Fragments
+from webapp.web.live.cluster import Cluster
 from webapp.web.live.lease_keeper import LeaseKeeper
 from webapp.web.live.runs import RunManager
 from webapp.web.security import SecurityMiddleware
 from webapp.web.templating import Templates, by_name
-from webapp.web.views import chat_files, chats, messages, search, stream
+from webapp.web.views import chat_files, chats, messages, search, stream, tools
 from webapp.web.views import models as model_views
 from webapp.web.views.responses import ERROR_TITLES, http_exception
 
 logger = logging.getLogger("webapp.web")
+
+# How long start-up waits for the MCP servers to connect (or fail) before it resumes the
+# runs it owes and serves: a run resumed sooner would find their tools missing.
+TOOLS_START_SECONDS = 15.0
 
 
 INSTRUCTIONS = (
@@ -74,6 +82,7 @@ def routes(static_dir: str | os.PathLike[str] = STATIC_DIR) -> list[Route | Moun
         Route("/chats", chats.new_chat, methods=["POST"], name="new_chat"),
         Route("/chats/import", chat_files.import_chat, methods=["POST"], name="import_chat"),
         Route("/search", search.search, methods=["GET"], name="search"),
+        Route("/tools", tools.tools_page, methods=["GET"], name="tools"),
         Route("/chats/{chat_id}", chats.chat_page, methods=["GET"], name="chat"),
         Route("/chats/{chat_id}/messages", messages.send, methods=["POST"], name="send"),
         Route(
@@ -90,6 +99,12 @@ def routes(static_dir: str | os.PathLike[str] = STATIC_DIR) -> list[Route | Moun
         ),
         Route("/chats/{chat_id}/switch", messages.switch, methods=["POST"], name="switch"),
         Route("/chats/{chat_id}/runs/{run_id}/stop", messages.stop, methods=["POST"], name="stop"),
+        Route(
+            "/chats/{chat_id}/runs/{run_id}/decide",
+            messages.decide,
+            methods=["POST"],
+            name="decide",
+        ),
         Route(
             "/chats/{chat_id}/runs/{run_id}/continue",
             messages.continue_reply,
@@ -129,7 +144,6 @@ def routes(static_dir: str | os.PathLike[str] = STATIC_DIR) -> list[Route | Moun
             name="instructions",
         ),
         Route("/chats/{chat_id}/usage", model_views.usage, methods=["GET"], name="chat_usage"),
-        Route("/tools/models", model_views.models_page, methods=["GET"], name="models"),
         Route(
             "/tools/models/refresh",
             model_views.refresh_models,
@@ -154,6 +168,7 @@ def create_app(
     allowed_hosts: Sequence[str] | None = None,
     templates_dir: str | os.PathLike[str] = TEMPLATES_DIR,
     static_dir: str | os.PathLike[str] = STATIC_DIR,
+    config: AppConfig | None = None,
 ) -> Starlette:
     """The chat app over one SQLite file, or a PostgreSQL database (``db_path`` a
     ``postgresql://`` URL) shared with other processes.
@@ -167,6 +182,8 @@ def create_app(
     ``allowed_hosts``: host names the Host header may carry (None: any).
     ``templates_dir`` / ``static_dir``: default to the installed templates and static
     files, or the checkout's (see `webapp.web.assets`).
+    ``config``: the config file's settings (`webapp.config.load_config`): its MCP servers
+    are started with the app, and their tools offered to every chat (SPEC §11).
     """
     if max_message_chars < 1:
         raise ValueError(f"max_message_chars must be at least 1, got {max_message_chars!r}")
@@ -187,7 +204,10 @@ def create_app(
     app = Starlette(routes=routes(static_dir), exception_handlers={HTTPException: http_exception})
     templates = Templates(templates_dir, by_name(app.routes))
     secrets = [*redact, *models.secrets()]
-    state = _build_state(db_path, agent, models, templates, max_message_chars, secrets, max_turns)
+    state = _build_state(
+        db_path, agent, models, templates, max_message_chars, secrets, max_turns,
+        config or AppConfig(),
+    )
     app.state.web = state
     app.router.lifespan_context = _lifespan(state)
 
@@ -210,6 +230,7 @@ def _build_state(
     max_message_chars: int,
     redact: Sequence[str],
     max_turns: int,
+    config: AppConfig,
 ) -> WebApp:
     """Every part, built bottom-up in one pass: stores, fragments, runs, chat operations."""
     secrets = [s for s in redact if s]
@@ -232,9 +253,11 @@ def _build_state(
     store = ChatStore(db_path)
     fragments = Fragments(templates)
     chat_models = ChatModels(store=store, registry=models, agent=agent)
+    servers = McpServers(config.mcp_servers) if config.mcp_servers else None
+    agents = ChatAgents(agent, servers, store, chat_models)
     runs = RunManager(
         agent=agent,
-        agent_for=chat_models.agent_for,  # the chat's model and instructions
+        agent_for=agents.chat_agent,  # its tools, grants, model and instructions
         session=session,
         checkpointer=checkpointer,
         chats=store,
@@ -252,6 +275,7 @@ def _build_state(
         session=session,
         checkpointer=checkpointer,
         keeper=LeaseKeeper(runs, cluster) if cluster is not None else None,
+        agents=agents,
         max_message_chars=max_message_chars,
         model_description=models.description() if models.names() else agent.name,
         models=chat_models,
@@ -266,6 +290,10 @@ def _lifespan(state: WebApp) -> Any:
             logger.warning("removed %d rows of deleted chats left by an earlier process", swept)
         await state.store.backfill()
         await state.models.registry.refresh()  # bounded: an endpoint that is down costs seconds
+        servers = state.agents.servers
+        if servers is not None:
+            await servers.start()
+            await _connected(servers, TOOLS_START_SECONDS)
         if state.keeper is None:
             await state.runs.recover()
         else:
@@ -278,9 +306,24 @@ def _lifespan(state: WebApp) -> Any:
             await state.runs.shutdown()
             if state.keeper is not None:
                 await state.keeper.hand_over()
+            if servers is not None:
+                await servers.stop()  # after the runs: their calls were cancelled first
             await state.store.close()
             await state.session.close()  # type: ignore[attr-defined]
             await state.checkpointer.close()  # type: ignore[attr-defined]
             await state.models.registry.aclose()  # release the endpoints' pooled connections
 
     return lifespan
+
+
+async def _connected(servers: McpServers, timeout: float) -> None:
+    """Wait until every MCP server has connected or failed, ``timeout`` at most."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while starting := [n for n, s in servers.states.items() if s.status == "starting"]:
+        if loop.time() >= deadline:
+            logger.warning(
+                "MCP servers still starting after %g s: %s", timeout, ", ".join(starting)
+            )
+            return
+        await asyncio.sleep(0.05)

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from webapp.chats.store import ChatStore
 from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.session import Session
+from webapp.web.agents import ChatAgents
 from webapp.web.chat_models import ChatModels
 from webapp.web.chat_service import ChatService
-from webapp.chats.store import ChatStore
 from webapp.web.fragments import Fragments
 from webapp.web.live.lease_keeper import LeaseKeeper
 from webapp.web.live.runs import RunManager
@@ -32,6 +33,7 @@ class WebApp:
     session: Session
     checkpointer: Checkpointer
     keeper: LeaseKeeper | None  # with other processes on PostgreSQL (webapp.web.live.cluster)
+    agents: ChatAgents  # each chat's agent: built-in tools, MCP servers, grants
     max_message_chars: int
     model_description: str
     models: ChatModels  # each chat's model and instructions, and the models on offer

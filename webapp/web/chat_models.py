@@ -1,9 +1,9 @@
 """A chat's own model and instructions: what the picker and Chat options change, and
 the agent each of the chat's runs gets (SPEC §12).
 
-`agent_for` is what `webapp.web.live.runs.RunManager` asks for at every start
-and resume: the app's agent with the chat's model, instructions and preset
-parameters. The model comes from the registry, built once per name and
+`apply` is what `webapp.web.agents` composes into the agent that
+`webapp.web.live.runs.RunManager` asks for at every start and resume: the app's
+agent with the chat's model, instructions and preset parameters. The model comes from the registry, built once per name and
 parameters. A resume takes the run's own model (recorded when it started), so
 one reply is never written by two models; its system prompt is rendered again
 from the chat's instructions as they are then, as the seed's resume does: new
@@ -17,7 +17,7 @@ streams applies from the next run on.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Union
+from typing import Any, Union
 
 from webapp.chats.settings import MAX_INSTRUCTIONS_CHARS, ChatSettings
 from webapp.chats.store import ChatStore
@@ -85,9 +85,9 @@ class ChatModels:
         self.registry = registry  # the models on offer
         self.agent = agent  # the app's own: its instructions are the default
 
-    async def agent_for(self, chat_id: str) -> Agent:
-        """The agent a run of the chat starts or resumes with (`RunManager`'s ``agent_for``)."""
-        return chat_agent(self.agent, self.registry, await self.store.settings.get(chat_id))
+    async def apply(self, base: Agent, chat_id: str) -> Agent:
+        """``base`` with the chat's model and instructions (`webapp.web.agents` composes)."""
+        return chat_agent(base, self.registry, await self.store.settings.get(chat_id))
 
     async def settings(self, chat_id: str) -> ChatSettings | None:
         return await self.store.settings.get(chat_id)
@@ -99,6 +99,10 @@ class ChatModels:
         return Picker(
             options + ([selected] if unavailable and selected else []), selected, unavailable
         )
+
+    def status(self) -> dict[str, Any]:
+        """What the Tools page's Models section (`_models_status.html`) shows."""
+        return {"endpoints": self.registry.statuses(), "model_names": self.registry.names()}
 
     @property
     def default_instructions(self) -> str:

@@ -28,14 +28,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Union
 
-from webapp.stores.checkpoint import Checkpointer
-from webapp.stores.session import Segment, Session, new_run_id
-from webapp.transcript import UserEntry
 from webapp.chats import file_format
 from webapp.chats.file_format import ChatFile, ChatFileError
 from webapp.chats.search import SearchHit
 from webapp.chats.settings import ChatSettings
-from webapp.chats.text import shortened_title
 from webapp.chats.store import (
     AlreadySentError,
     Chat,
@@ -44,6 +40,11 @@ from webapp.chats.store import (
     NewRun,
     Page,
 )
+from webapp.chats.text import shortened_title
+from webapp.chats.tool_approvals import Decision
+from webapp.stores.checkpoint import Checkpointer
+from webapp.stores.session import Segment, Session, new_run_id
+from webapp.transcript import UserEntry
 from webapp.web.live.run_state import RunState
 from webapp.web.live.runs import RunManager
 from webapp.web.view_models import (
@@ -159,6 +160,7 @@ ContinueOutcome = Union[Started, Busy, ChatNotFound, RunNotFound, CannotContinue
 SwitchOutcome = Union[Switched, Busy, ChatNotFound, VersionNotFound]
 BranchOutcome = Union[Branched, Busy, ChatNotFound, RunNotFound]
 StopOutcome = Union[ShownReply, ChatNotFound, RunNotFound]
+DecideOutcome = Union[ShownReply, ChatNotFound, RunNotFound]
 RenameOutcome = Union[Renamed, ChatNotFound]
 DeleteOutcome = Union[Deleted, ChatNotFound]
 
@@ -223,6 +225,7 @@ class ChatService:
             shown.append(page.tree.nodes[live.run_id])
         versions = page.tree.versions(shown)
         items = items_from_segments(segments, versions)
+        await self._mark_decisions(chat.id, items)
         await render_replies(items)
         earlier = segments[0].run_id if page.earlier and segments else None
         if before is not None:  # an older page: its last reply is not the chat's last
@@ -246,6 +249,16 @@ class ChatService:
         annotate(live.reply, versions)
         user = UserView(live.run_id, live.input_text, versions.of_message(live.run_id))
         return Conversation(chat, [*items, user], live, earlier)
+
+    async def _mark_decisions(self, chat_id: str, items: list[ChatItem]) -> None:
+        """The stored replies' tool cards say what the user decided where one asked."""
+        shown = [i for i in items if isinstance(i, ReplyView) and i.tools]
+        if not shown:
+            return
+        decided = await self.store.approvals.of_chat(chat_id)
+        anywhere = {c: d for calls in decided.values() for c, d in calls.items()}
+        for reply in shown:  # a continuation's decisions are under its own run id
+            reply.mark_approvals({**anywhere, **decided.get(reply.run_id, {})})
 
     # --- starting runs -------------------------------------------------------------------
 
@@ -436,7 +449,13 @@ class ChatService:
             if chat is None:
                 return ChatNotFound()
             state = self.runs.get(run_id)
-            if state is not None and state.chat_id == chat_id and not state.abandoned:
+            # A run waiting for a tool approval has no task: it is stopped from its
+            # checkpoint, as one a crash left (`stop_unowned`).
+            if (
+                state is not None
+                and state.chat_id == chat_id
+                and not (state.abandoned or state.paused)
+            ):
                 await self.runs.stop(state)
                 position = None if state.finished else state.position
                 await render_replies([state.reply])
@@ -446,6 +465,33 @@ class ChatService:
             )
         if elsewhere:
             await self.runs.wait_ended(chat_id, run_id)
+        return await self.stored_reply(chat_id, run_id)
+
+    # --- tool approvals (SPEC §11) --------------------------------------------------------
+
+    async def decide(
+        self, chat_id: str, run_id: str, call_id: str, decision: Decision
+    ) -> DecideOutcome:
+        """Allow, Always allow or Deny on a call that waits: recorded, and the run resumed
+        once however often it is asked (`Pauses.decide`). Answers with the reply as it
+        now stands: streaming on, or as it was when the call no longer waited."""
+        async with self.runs.lock(chat_id):
+            chat = await self._settled(chat_id)
+            if chat is None:
+                return ChatNotFound()
+            state = await self.runs.pauses.decide(chat, run_id, call_id, decision)
+            if state is not None:
+                return ShownReply(chat, state.reply, None if state.finished else state.position)
+        return await self.current_reply(chat_id, run_id)
+
+    async def current_reply(self, chat_id: str, run_id: str) -> StopOutcome:
+        """Run ``run_id``'s reply as it is now: live (here or elsewhere), waiting, or stored."""
+        chat = await self.store.get(chat_id)
+        if chat is not None and chat.active_run_id == run_id:
+            live = await self.runs.live(chat)
+            if live is not None and live.run_id == run_id:
+                await render_replies([live.reply])
+                return ShownReply(chat, live.reply, None if live.finished else live.position)
         return await self.stored_reply(chat_id, run_id)
 
     async def stored_reply(self, chat_id: str, run_id: str) -> StopOutcome:
@@ -458,7 +504,11 @@ class ChatService:
         found = await self.store.shown_run(chat_id, run_id)
         node = found.tree.nodes.get(run_id) if found is not None else None
         if found is None or node is None:
-            return RunNotFound(chat)
+            waiting = await self.runs.pauses.shown(chat) if chat.active_run_id == run_id else None
+            if waiting is None:
+                return RunNotFound(chat)
+            await render_replies([waiting.reply])
+            return ShownReply(chat, waiting.reply, None)  # stored in its checkpoint, waiting
         items = items_from_segments([found.segment], found.tree.versions([node]))
         reply = next((i for i in items if isinstance(i, ReplyView)), None)
         if reply is None:
@@ -479,7 +529,7 @@ class ChatService:
                 first = segments[0].entries[0] if segments and segments[0].entries else None
                 live = self.runs.latest(chat_id)
                 text = first.text if isinstance(first, UserEntry) else None
-                if text is None and live is not None and not live.finished:
+                if text is None and live is not None and (not live.finished or live.paused):
                     text = live.input_text  # the first message's reply is still streaming
                 title = title_from_text(text) if text else ""
             await self.store.rename(chat_id, title)

@@ -30,6 +30,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import ClientDisconnect, Request
 
 from webapp.chats.text import MAX_TITLE_CHARS, message_text, title_line
+from webapp.chats.tool_approvals import DECISIONS, Decision
 
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -248,6 +249,24 @@ async def read_run_id(request: Request, *, required: bool) -> str | None:
     if value is not None and not _RUN_ID.match(value):
         raise FormError(400, "The form's run_id is malformed; reload the page and retry.")
     return value
+
+
+@dataclass(frozen=True)
+class DecisionForm:
+    call_id: str
+    decision: Decision
+
+
+async def read_decision(request: Request) -> DecisionForm:
+    """An approval card's form: the waiting call (``call_id``, as the model named it) and
+    the user's ``decision`` ("allow", "always" or "deny")."""
+    fields = await read_fields(request, 4_096)
+    call_id, decision = fields.get("call_id", ""), fields.get("decision", "")
+    if not call_id or len(call_id) > 1_000:
+        raise FormError(400, "The form has no valid 'call_id' field; reload the page and retry.")
+    if decision not in DECISIONS:
+        raise FormError(400, "The decision must be allow, always or deny; reload the page.")
+    return DecisionForm(call_id, decision)  # type: ignore[arg-type]
 
 
 async def read_upload(request: Request, field: str, max_bytes: int) -> bytes:

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
 from markupsafe import Markup
 
+from webapp.chats.tree import PathVersions, Versions
 from webapp.stores.session import Segment
 from webapp.transcript import (
     AssistantEntry,
@@ -27,12 +29,17 @@ from webapp.transcript import (
     ToolResultEntry,
     UserEntry,
 )
-from webapp.chats.tree import PathVersions, Versions
 from webapp.usage import Usage
 from webapp.web.markdown import render_markdown
 
-ReplyStatus = Literal["streaming", "completed", "stopped", "failed"]
+# "waiting": the run paused for a tool approval (SPEC §11); nothing runs until a decision.
+ReplyStatus = Literal["streaming", "waiting", "completed", "stopped", "failed"]
 TURN_SEPARATOR = "\n\n"
+# What a tool card shows of an approval: the call waits for the user, or was decided.
+CardApproval = Literal["waiting", "allowed", "denied"]
+# Images a tool result may show: data: URLs of these types only, base64 and nothing else,
+# so a result can never make the page load an address or run a script.
+_SHOWN_IMAGE = re.compile(r"data:image/(?:png|jpeg|gif|webp);base64,[A-Za-z0-9+/]+={0,2}")
 
 
 @dataclass
@@ -42,6 +49,12 @@ class ToolCard:
     arguments: str
     output: str | None = None  # None while the tool is still running
     is_error: bool = False
+    images: tuple[str, ...] = ()  # data: URLs the result returned (`shown_images`)
+    approval: CardApproval | None = None  # None: the call never asked for one
+    may_have_run: bool = False  # waiting again after a crash cut the call short
+
+    def __post_init__(self) -> None:
+        self.images = tuple(self.images)  # a list when read back from JSON
 
     @property
     def dom_id(self) -> str:
@@ -127,7 +140,21 @@ class ReplyView:
             card = ToolCard(result.call_id, "tool", "")
             self.tools.append(card)
         card.output, card.is_error = result.output, result.is_error
+        card.images = shown_images(result.images)
         return card
+
+    def mark_approvals(
+        self, decisions: Mapping[str, str], waiting: Mapping[str, bool] | None = None
+    ) -> None:
+        """Say on each card what the user decided (``decisions``: call_id -> "allow" |
+        "always" | "deny") and which calls still wait (``waiting``: call_id -> may have
+        run). A decision wins: the run resumes with it (a spent one is deleted first)."""
+        for card in self.tools:
+            if card.call_id in decisions:
+                card.approval = "denied" if decisions[card.call_id] == "deny" else "allowed"
+                card.may_have_run = False
+            elif waiting is not None and card.call_id in waiting:
+                card.approval, card.may_have_run = "waiting", waiting[card.call_id]
 
     def find_tool(self, call_id: str) -> ToolCard | None:
         return next((c for c in self.tools if c.call_id == call_id), None)
@@ -165,6 +192,11 @@ def annotate(reply: ReplyView, versions: PathVersions) -> None:
     node = versions.nodes.get(reply.run_id)
     if node is not None:
         reply.model, reply.usage = node.model, node.usage
+
+
+def shown_images(images: Iterable[str]) -> tuple[str, ...]:
+    """The images a card may show: `_SHOWN_IMAGE` data: URLs; anything else is left out."""
+    return tuple(i for i in images if _SHOWN_IMAGE.fullmatch(i))
 
 
 def tool_dom_id(call_id: str) -> str:

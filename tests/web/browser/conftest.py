@@ -19,7 +19,15 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
-from .harness import AppFactory, AppServer, EndpointApp, FakeEndpoint, free_port
+from .harness import (
+    AppFactory,
+    AppServer,
+    EndpointApp,
+    FakeEndpoint,
+    free_port,
+    tools_args,
+    write_tools_config,
+)
 from .ui import CHROMIUM, CHROMIUM_ARGS, RECORDER_JS
 
 EXPECT_TIMEOUT_MS = 10_000
@@ -170,6 +178,34 @@ def numbered_app(
     if _failed(request):
         server = shared_numbered_app.server
         print(f"----- server log ({server.log_path}) -----\n{server.log()}")
+
+
+@pytest.fixture(scope="module")
+def shared_tools_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+    """One app per test module with MCP servers (`write_tools_config`, a broken one too)
+    and a "tools" fake endpoint; the servers' traces are in the app's db folder."""
+    endpoint = FakeEndpoint(mode="tools")
+    endpoint.start()
+    directory = tmp_path_factory.mktemp("tools-app")
+    server = AppServer(
+        port=free_port(),
+        db=directory / "chat.db",
+        log_path=directory / "server.log",
+        extra_args=tools_args(endpoint, write_tools_config(directory, broken=True)),
+    )
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        endpoint.stop()
+
+
+@pytest.fixture
+def tools_app(shared_tools_app: AppServer, request: pytest.FixtureRequest) -> Iterator[AppServer]:
+    yield shared_tools_app
+    if _failed(request):
+        print(f"----- server log ({shared_tools_app.log_path}) -----\n{shared_tools_app.log()}")
 
 
 @pytest.fixture

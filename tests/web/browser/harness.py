@@ -34,7 +34,14 @@ START_TIMEOUT = 20.0
 STOP_TIMEOUT = 8.0
 
 # Variables that would silently point the app at a real model or another database.
-_LEAKY_ENV = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "WEBAPP_MODEL", "WEBAPP_DB", "WEBAPP_TOKEN")
+_LEAKY_ENV = (
+    "OPENAI_BASE_URL",
+    "OPENAI_API_KEY",
+    "WEBAPP_MODEL",
+    "WEBAPP_DB",
+    "WEBAPP_TOKEN",
+    "WEBAPP_CONFIG",
+)
 
 
 def free_port() -> int:
@@ -155,6 +162,9 @@ PROVIDER_ERROR = "the fake provider is on fire (quota exhausted)"
 # "numbered" mode: every answer names the request it answers, so each version of a
 # reply has a text of its own; a message containing CUT_SHORT_CUE ends at the output limit.
 CUT_SHORT_CUE = "stop short"
+# "tools" mode: a user message "call TOOL {json arguments}" is answered with that one tool
+# call; the tool's result with TOOL_ANSWER and the result's first line.
+TOOL_ANSWER = "The tool answered:"
 
 
 def numbered_reply(n: int) -> str:
@@ -168,7 +178,8 @@ class FakeEndpoint:
 
     # "error": HTTP 500 with a JSON body; "hostile": streams hostile markup;
     # "reasoning": streams reasoning_content deltas, then the answer;
-    # "numbered": streams numbered_reply(n) for the n-th request (see CUT_SHORT_CUE).
+    # "numbered": streams numbered_reply(n) for the n-th request (see CUT_SHORT_CUE);
+    # "tools": calls the tool a user message names (see TOOL_ANSWER).
     mode: str
     requests: list[dict[str, Any]] = field(default_factory=list)
     port: int = 0
@@ -192,6 +203,8 @@ class FakeEndpoint:
             deltas = [{"content": w if i == 0 else " " + w} for i, w in enumerate(words)]
             if CUT_SHORT_CUE in _last_user_text(body):
                 finish_reason = "length"
+        elif self.mode == "tools":
+            deltas, finish_reason = _tool_turn(body, len(self.requests))
         elif self.mode == "reasoning":
             deltas = REASONING_DELTAS
         else:
@@ -227,6 +240,26 @@ class FakeEndpoint:
             self._thread.join(timeout=STOP_TIMEOUT)
 
 
+def _tool_turn(body: dict[str, Any], n: int) -> tuple[list[dict[str, Any]], str]:
+    """The "tools" mode's answer: (deltas, finish reason) for the request's last message."""
+    messages = body.get("messages", [])
+    last = messages[-1] if messages else {}
+    if last.get("role") == "tool":
+        first_line = str(last.get("content") or "").splitlines()[0:1] or [""]
+        return [{"content": f"{TOOL_ANSWER} {first_line[0][:200]}"}], "stop"
+    text = str(last.get("content") or "")
+    if not text.startswith("call "):
+        return [{"content": "Say: call TOOL {arguments}."}], "stop"
+    name, _, arguments = text.removeprefix("call ").partition(" ")
+    call = {
+        "index": 0,
+        "id": f"call_fake_{n}",
+        "type": "function",
+        "function": {"name": name, "arguments": arguments.strip() or "{}"},
+    }
+    return [{"tool_calls": [call]}], "tool_calls"
+
+
 def _last_user_text(body: dict[str, Any]) -> str:
     """The last user message of a Chat Completions request, as one string."""
     users = [m for m in body.get("messages", []) if m.get("role") == "user"]
@@ -234,7 +267,7 @@ def _last_user_text(body: dict[str, Any]) -> str:
 
 
 async def _completion_stream(
-    deltas: list[dict[str, str]], finish_reason: str = "stop"
+    deltas: list[dict[str, Any]], finish_reason: str = "stop"
 ) -> AsyncIterator[bytes]:
     """Chat Completions SSE: a role chunk, one chunk per delta, a finish chunk, [DONE]."""
     base = {
@@ -243,7 +276,7 @@ async def _completion_stream(
         "created": int(time.time()),
         "model": "test",
     }
-    opening: dict[str, str] = {"role": "assistant", "content": ""}
+    opening: dict[str, Any] = {"role": "assistant", "content": ""}
     for delta in [opening, *deltas]:
         chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
         yield f"data: {json.dumps(chunk)}\n\n".encode()
@@ -304,6 +337,38 @@ async def _usage_stream(
         elif delay:
             await asyncio.sleep(delay)
         yield piece
+
+
+MCP_SERVER = REPO_ROOT / "tests" / "mcp_server.py"
+FILESYSTEM_SERVER = (
+    REPO_ROOT / "tests" / "mcp_servers" / "node_modules" / ".bin" / "mcp-server-filesystem"
+)
+
+
+def write_tools_config(directory: Path, *, broken: bool = False) -> Path:
+    """A config file (--config) with tests/mcp_server.py as server ``test`` (its traces in
+    ``directory``), the reference filesystem server as ``files`` (on ``directory``/share)
+    and, with ``broken``, a server ``broken`` whose command does not exist."""
+    share = directory / "share"
+    share.mkdir(exist_ok=True)
+    servers: dict[str, dict[str, Any]] = {
+        "test": {"command": sys.executable, "args": [str(MCP_SERVER), str(directory)]},
+        "files": {"command": str(FILESYSTEM_SERVER), "args": [str(share)]},
+    }
+    if broken:
+        servers["broken"] = {"command": str(directory / "no-such-server")}
+    lines = []
+    for name, table in servers.items():
+        lines.append(f"[mcp_servers.{name}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in table.items()]
+    path = directory / "webapp.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def tools_args(endpoint: FakeEndpoint, config: Path) -> list[str]:
+    """The app's flags for a "tools" fake endpoint and a config file."""
+    return ["--base-url", endpoint.base_url, "--model", "test", "--config", str(config)]
 
 
 @dataclass(frozen=True)

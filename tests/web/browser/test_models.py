@@ -255,7 +255,7 @@ def test_a_dead_endpoint_leaves_the_app_working_and_refresh_finds_it_back(
     revived = ModelsEndpoint(name="dead", models=["d-back"], port=dead_port)
     revived.start()
     try:
-        page.goto(server.base_url + "/tools/models")
+        page.goto(server.base_url + "/tools")
         with page.expect_response(lambda r: r.url.endswith("/tools/models/refresh")):
             button(page, "Refresh").click()
         expect(dead).to_have_attribute("data-state", "ready")
@@ -296,7 +296,7 @@ def test_screenshots_of_two_models_presets_and_the_more_menu(
             page.get_by_text("More", exact=True).click()
             expect(button(page, "Import")).to_be_visible()
             page.screenshot(path=str(SHOTS / f"{name}-new-chat.png"))
-            page.goto("/tools/models")
+            page.goto("/tools")
             expect(page.locator("[data-endpoint=dead]")).to_have_attribute("data-state", "failed")
             page.screenshot(path=str(SHOTS / f"{name}-models.png"))
             overflow = page.evaluate("() => document.documentElement.scrollWidth - innerWidth")

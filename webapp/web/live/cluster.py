@@ -81,10 +81,12 @@ RETURNING run_id
 """
 
 # Runs a chat still owes whose lease is missing or expired: another process's to take.
+# Not those waiting for a tool approval (``paused_runs``): a decision resumes them.
 _UNOWNED = """
 SELECT c.id, c.active_run_id FROM chats c
 LEFT JOIN run_leases l ON l.run_id = c.active_run_id AND l.expires_at >= now()
 WHERE c.active_run_id IS NOT NULL AND l.run_id IS NULL
+AND NOT EXISTS (SELECT 1 FROM paused_runs p WHERE p.run_id = c.active_run_id)
 """
 
 # Renewed only where this process holds the very attempt ($2, $3): rows locked in

@@ -194,7 +194,7 @@ class Followers:
                 if found is None:
                     reply.tools.append(card)
                 else:
-                    found.output, found.is_error = card.output, card.is_error
+                    reply.tools[reply.tools.index(found)] = card
             elif row.event == names.DONE and "reply" in delta:
                 state.reply = reply_from_json(delta["reply"])
             state.append(row.event, row.data)

@@ -61,6 +61,12 @@ class RunState:
         self.terminal = asyncio.get_running_loop().create_future()
 
     @property
+    def paused(self) -> bool:
+        """It waits for a tool approval: nothing runs it, and its reply is read from the
+        database (`webapp.web.live.approvals`), where a decision may have changed it."""
+        return self.finished and self.reply.status == "waiting"
+
+    @property
     def seq(self) -> int:
         return len(self.records)
 

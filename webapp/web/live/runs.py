@@ -19,7 +19,7 @@ hold it.
 The log's ``done`` record is appended only after the run's outcome is
 durable, so a client that sees the final reply can act on it at once.
 
-With other processes a run's writes are fenced by its lease (`_fenced`): one
+With other processes a run's writes are fenced by its lease (`fenced`): one
 taken over elsewhere while this process stalled ends here recording nothing.
 """
 
@@ -35,6 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, replace
 from typing import Any
 
+from webapp.chats.store import Begun, Chat, ChatStore, NewRun
 from webapp.events import (
     TERMINAL_EVENTS,
     Event,
@@ -58,12 +59,12 @@ from webapp.stores.postgres import FencedOffError, fenced
 from webapp.stores.session import Session
 from webapp.transcript import Entry, UserEntry, drop_dangling_tool_calls
 from webapp.web import event_names as names
-from webapp.chats.store import Begun, Chat, ChatStore, NewRun
-from webapp.chats.tree import continued
+from webapp.web.fragments import Fragments
+from webapp.web.live.approvals import Pauses
 from webapp.web.live.chat_locks import ChatLocks
 from webapp.web.live.cluster import Cluster
 from webapp.web.live.followers import Followers, publish_start, reply_to_json
-from webapp.web.fragments import Fragments
+from webapp.web.live.recovery import Recovery
 from webapp.web.live.run_state import RunState
 from webapp.web.view_models import (
     ReplyStatus,
@@ -112,6 +113,8 @@ class RunManager:
         self._latest: dict[str, str] = {}  # chat_id -> run_id of its newest run
         self._locks = ChatLocks()  # dropped once unused: flat over any number of chats
         self._tasks: set[asyncio.Task[None]] = set()
+        self.recovery = Recovery(self)  # owed runs taken up again (start-up, takeover)
+        self.pauses = Pauses(self)  # runs waiting for a tool approval
 
     async def agent_for(self, chat_id: str) -> Agent:
         """The agent a run of ``chat_id`` starts (or resumes) with."""
@@ -152,11 +155,18 @@ class RunManager:
             await self.followers.catch_up(state, seq)
 
     async def live(self, chat: Chat) -> RunState | None:
-        """The chat's newest run as far as this process can show it."""
+        """The chat's newest run as far as this process can show it. A run waiting for
+        a tool approval is read from the database each time (`Pauses.shown`): a decision
+        elsewhere may have resumed it."""
         state = self.latest(chat.id)
         active = chat.active_run_id
-        if active is not None and (state is None or state.run_id != active):
-            state = await self.follow(chat.id, active) or state
+        if active is not None and (state is None or state.run_id != active or state.paused):
+            followed = await self.follow(chat.id, active)
+            if followed is not None and followed.paused and self.followers is not None:
+                followed = await self.followers.follow(chat.id, active)  # resumed elsewhere?
+            if followed is None or followed.paused:
+                followed = await self.pauses.shown(chat) or followed
+            state = followed or state
         return state
 
     def latest(self, chat_id: str) -> RunState | None:
@@ -189,38 +199,38 @@ class RunManager:
         """
         # The input and the agent's model go with the run's record, committed before the
         # run starts: a crash before the run's first checkpoint restarts it from there
-        # (see `_recover_one`), and nothing the run writes can outlive a record that failed.
+        # (see `Recovery`), and nothing the run writes can outlive a record that failed.
         agent = await self.agent_for(chat_id)
         model = model_name(agent.model)
         record = replace(new, model=model, input=text if continues is None else new.input)
         begun = await self.chats.begin_run(chat_id, record, page=page)
         if continues is None:
-            state = self._new_state(chat_id, new.run_id, text, ReplyView(new.run_id))
+            state = self.new_state(chat_id, new.run_id, text, ReplyView(new.run_id))
         else:
-            state = self._continuing(chat_id, new.run_id, continues)
+            state = self.continuing(chat_id, new.run_id, continues)
         if self.cluster is not None:  # a new run: nobody else can hold its lease
             await self.cluster.claim(state.run_id, chat_id, state.epoch)
             await publish_start(self.cluster, state)
         state.agent = agent
         # Not deleted on success: `end_run` drops the checkpoint with the chat's own update.
         options = CheckpointOptions(self.checkpointer, new.run_id, if_run_exists="fail")
-        self._launch(state, [] if continues is not None else text, options, self.session)
+        self.launch(state, [] if continues is not None else text, options, self.session)
         return state, begun
 
-    def _continuing(
+    def continuing(
         self, chat_id: str, run_id: str, reply: ReplyView, epoch: str | None = None
     ) -> RunState:
         shown = ReplyView(reply.run_id, "streaming", reply.text, reply.reasoning, list(reply.tools))
         shown.live_run_id = run_id
-        state = self._new_state(chat_id, run_id, "", shown, epoch)
+        state = self.new_state(chat_id, run_id, "", shown, epoch)
         state.continues = reply.run_id
         state.fresh_text = not reply.text  # the first delta goes on from the partial text
         return state
 
-    def _new_state(
+    def new_state(
         self, chat_id: str, run_id: str, text: str, reply: ReplyView, epoch: str | None = None
     ) -> RunState:
-        state = RunState(chat_id, run_id, epoch or self._next_epoch(), text, reply)
+        state = RunState(chat_id, run_id, epoch or self.next_epoch(), text, reply)
         old = self._latest.get(chat_id)
         if old is not None and old != run_id:
             self._runs.pop(old, None)  # its clients fall back to the stored reply
@@ -228,10 +238,10 @@ class RunManager:
         self._latest[chat_id] = run_id
         return state
 
-    def _next_epoch(self) -> str:
+    def next_epoch(self) -> str:
         return f"{self._process}.{next(self._attempts)}"
 
-    def _fenced(self, run_id: str, epoch: str) -> contextlib.AbstractContextManager[None]:
+    def fenced(self, run_id: str, epoch: str) -> contextlib.AbstractContextManager[None]:
         """With other processes: each write in the block (and in tasks it starts) is
         refused with `FencedOffError` once attempt ``epoch`` no longer holds the lease."""
         if self.cluster is None:
@@ -244,10 +254,10 @@ class RunManager:
         if self.cluster is not None:
             self.cluster.write(state.run_id, state.epoch, state.seq, event, data, json.dumps(delta))
 
-    def _launch(
+    def launch(
         self, state: RunState, text: str | list[Entry], options: CheckpointOptions, session: Session
     ) -> None:
-        with self._fenced(state.run_id, state.epoch):  # the run's own task inherits it
+        with self.fenced(state.run_id, state.epoch):  # the run's own task inherits it
             state.handle = Runner.stream(
                 state.agent or self.agent,
                 text,
@@ -294,9 +304,10 @@ class RunManager:
             state.fresh_reasoning = False
             self._record(state, names.REASONING, self.fragments.text(added), {"added": added})
         elif isinstance(event, ToolCallStarted):
+            shown = reply.find_tool(event.call.call_id) is not None  # a resumed call's card
             card = reply.start_tool(event.call)
             self._record(
-                state, names.TOOL, self.fragments.tool_card(card, False), {"tool": asdict(card)}
+                state, names.TOOL, self.fragments.tool_card(card, shown), {"tool": asdict(card)}
             )
         elif isinstance(event, ToolCallFinished):
             card = reply.finish_tool(event.result)
@@ -328,8 +339,9 @@ class RunManager:
             state.append_nothing()
             return
         try:
-            with self._fenced(state.run_id, state.epoch):
+            with self.fenced(state.run_id, state.epoch):
                 reply = await self._record_outcome(state, event)
+            await self.pauses.mark_decided(state, reply)  # Allowed / Denied stay on the cards
             # The finished reply keeps its switcher, model and usage (its part of the tree).
             tree = await self.chats.tree_around(state.chat_id, [reply.run_id])
             annotate(reply, tree.versions([tree.nodes[reply.run_id]]))
@@ -371,8 +383,8 @@ class RunManager:
                 chat_id, run_id, state.continues, produced, meta
             )
             return reply_from_entries(state.continues, entries[1:], "completed", meta=meta)
-        if isinstance(event, RunPaused):  # no tool of the web app asks for approval yet
-            raise NotImplementedError(f"run {run_id} paused for approval: no web UI for it yet")
+        if isinstance(event, RunPaused):  # it waits for the user; the chat keeps it active
+            return await self.pauses.record(state, event)
         entries = drop_dangling_tool_calls(event.entries)
         if isinstance(event, RunCancelled):
             meta = {"status": "stopped"}
@@ -382,11 +394,11 @@ class RunManager:
         if state.continues is None and (not entries or not isinstance(entries[0], UserEntry)):
             # Refused before its first save: keep the user's message anyway.
             entries = [UserEntry(state.input_text), *entries]
-        kept = await self._keep_ended(chat_id, run_id, entries, meta, state.continues)
+        kept = await self.keep_ended(chat_id, run_id, entries, meta, state.continues)
         status: ReplyStatus = "stopped" if isinstance(event, RunCancelled) else "failed"
         return reply_from_entries(state.continues or run_id, kept[1:], status, meta=meta)
 
-    async def _keep_ended(
+    async def keep_ended(
         self,
         chat_id: str,
         run_id: str,
@@ -434,11 +446,11 @@ class RunManager:
             await self.stop_orphan(chat, run_id)
             return True
         await self.chats.request_stop(chat.id, run_id)
-        epoch = self._next_epoch()
+        epoch = self.next_epoch()
         if not await self.cluster.claim(run_id, chat.id, epoch):
             await self.cluster.request_stop(run_id)
             return False
-        with self._fenced(run_id, epoch):
+        with self.fenced(run_id, epoch):
             await self.stop_orphan(chat, run_id)
         await self.cluster.release(run_id, epoch)
         return True
@@ -460,7 +472,7 @@ class RunManager:
         await self.chats.request_stop(chat.id, run_id)
         snapshot = await self.checkpointer.load(run_id)
         entries = drop_dangling_tool_calls(snapshot.entries) if snapshot is not None else []
-        await self._keep_ended(
+        await self.keep_ended(
             chat.id, run_id, entries, {"status": "stopped"}, chat.continues_run_id
         )
 
@@ -490,93 +502,8 @@ class RunManager:
     # --- start-up and shutdown --------------------------------------------------------
 
     async def recover(self) -> int:
-        """Resume every run the database says is still owed (with other processes: those
-        no live process holds a lease on); returns how many resumed."""
-        if self.cluster is None:
-            chats = await self.chats.with_active_run()
-            owed = [(c.id, c.active_run_id) for c in chats if c.active_run_id is not None]
-        else:
-            owed = await self.cluster.unowned()
-        resumed = 0
-        for chat_id, run_id in owed:
-            async with self.lock(chat_id):
-                try:
-                    resumed += await self._take_over(chat_id, run_id)
-                except Exception:
-                    logger.exception("chat %s: could not recover run %s", chat_id, run_id)
-        return resumed
-
-    async def _take_over(self, chat_id: str, run_id: str) -> int:
-        """Resume one owed run (chat lock held), once this process holds its lease."""
-        chat = await self.chats.get(chat_id)
-        running = self._runs.get(run_id)
-        if chat is None or chat.active_run_id != run_id or (running and not running.finished):
-            return 0
-        epoch = self._next_epoch()
-        if self.cluster is not None and not await self.cluster.claim(run_id, chat_id, epoch):
-            return 0  # another process was quicker
-        with self._fenced(run_id, epoch):
-            state = await self._recover_one(chat, run_id, epoch)
-        if state is None:
-            if self.cluster is not None:
-                await self.cluster.release(run_id, epoch)
-            return 0
-        if self.cluster is not None:
-            await publish_start(self.cluster, state)
-        self._launch_resumed(state)
-        return 1
-
-    async def _recover_one(self, chat: Chat, run_id: str, epoch: str) -> RunState | None:
-        """The state to resume ``run_id`` with, or None when it only needed bookkeeping
-        (stopped, failed or finished before the crash)."""
-        chat_id, continues = chat.id, chat.continues_run_id
-        if chat.stop_requested_run_id == run_id:
-            await self.stop_orphan(chat, run_id)
-            return None
-        snapshot = await self.checkpointer.load(run_id)
-        if snapshot is None:
-            if continues is not None:  # it finished: fold its stored segment in
-                await self.chats.end_continuation(chat_id, run_id, continues, None, None)
-                return None
-            text = await self.chats.run_input(run_id)
-            if text is not None and not await self._has_segment(chat_id, run_id):
-                # The crash came before the run's first checkpoint: start it again.
-                logger.info("chat %s: restarting run %s from its input", chat_id, run_id)
-                state = self._new_state(chat_id, run_id, text, ReplyView(run_id), epoch)
-                state.from_input = True
-                state.agent = await self.agent_for(chat_id)
-                return state
-            await self.chats.end_run(chat_id, run_id)
-            return None
-        entries = drop_dangling_tool_calls(snapshot.entries)
-        if snapshot.status == "failed":
-            error = self.redact(snapshot.head.error or "The run failed.")
-            meta = {"status": "failed", "error": error}
-            await self._keep_ended(chat_id, run_id, entries, meta, continues)
-            return None
-        if continues is not None:
-            base = next(s for s in await self.session.segments(chat_id) if s.run_id == continues)
-            merged = continued(base.entries, entries)
-            reply = reply_from_entries(continues, merged[1:], "streaming")
-            state = self._continuing(chat_id, run_id, reply, epoch)
-        else:
-            user, produced = split_run(entries)
-            reply = reply_from_entries(run_id, produced, "streaming")
-            state = self._new_state(chat_id, run_id, user.text if user else "", reply, epoch)
-        logger.info("chat %s: resuming run %s (%s)", chat_id, run_id, snapshot.status)
-        state.agent = await self.agent_for(chat_id)
-        return state
-
-    async def _has_segment(self, chat_id: str, run_id: str) -> bool:
-        return any(s.run_id == run_id for s in await self.session.segments(chat_id))
-
-    def _launch_resumed(self, state: RunState) -> None:
-        if state.from_input:
-            options = CheckpointOptions(self.checkpointer, state.run_id, if_run_exists="fail")
-            self._launch(state, state.input_text, options, self.session)
-            return
-        options = CheckpointOptions(self.checkpointer, state.run_id, if_run_exists="resume_only")
-        self._launch(state, [], options, self.session)
+        """Resume every run the database says is still owed (`Recovery.recover`)."""
+        return await self.recovery.recover()
 
     async def _let_go(self, state: RunState) -> None:
         """With other processes: the run's records are written, its lease released."""

@@ -1,4 +1,5 @@
-"""The flows as endpoints: send, stop, edit, regenerate, continue, switch versions.
+"""The flows as endpoints: send, stop, edit, regenerate, continue, switch versions, and the
+decisions on tools that ask first.
 
 Each endpoint reads its form, calls one `ChatService` operation and turns
 the outcome into a response; the service decides (under the chat's lock)
@@ -12,6 +13,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
+from webapp.chats.store import Chat
 from webapp.web.app_state import web
 from webapp.web.chat_service import (
     Busy,
@@ -24,8 +26,7 @@ from webapp.web.chat_service import (
     Started,
     VersionNotFound,
 )
-from webapp.chats.store import Chat
-from webapp.web.forms import FormError, read_message, read_run_id
+from webapp.web.forms import FormError, read_decision, read_message, read_run_id
 from webapp.web.view_models import UserView
 from webapp.web.views.responses import (
     BUSY,
@@ -170,6 +171,28 @@ async def stop(request: Request) -> Response:
     app = web(request)
     chat_id = request.path_params["chat_id"]
     outcome = await app.chats.stop(chat_id, request.path_params["run_id"])
+    return await _shown(request, chat_id, outcome)
+
+
+async def decide(request: Request) -> Response:
+    """POST /chats/{chat_id}/runs/{run_id}/decide (fields ``call_id``, ``decision``):
+    Allow, Always allow or Deny a call that waits; the reply streams on."""
+    app = web(request)
+    chat_id = request.path_params["chat_id"]
+    try:
+        form = await read_decision(request)
+    except FormError as exc:
+        return await refuse(request, exc.status, exc.message, chat=await app.chats.get(chat_id))
+    outcome = await app.chats.decide(
+        chat_id, request.path_params["run_id"], form.call_id, form.decision
+    )
+    return await _shown(request, chat_id, outcome)
+
+
+async def _shown(request: Request, chat_id: str, outcome: object) -> Response:
+    """The reply an outcome shows, for htmx in place of its element; a form goes back to
+    the chat."""
+    app = web(request)
     if not isinstance(outcome, ShownReply):
         return await answer(request, outcome)
     if not is_htmx(request):

@@ -9,8 +9,6 @@ until then, and its fragment after a **Refresh**.
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -23,7 +21,6 @@ from webapp.web.views.responses import (
     NO_CHAT,
     error_page,
     is_htmx,
-    page_context,
     path_for,
     redirect,
     refuse,
@@ -82,24 +79,10 @@ async def usage(request: Request) -> Response:
     return app.templates.response("_chat_usage.html", chat=chat, chat_usage=total, refresh=False)
 
 
-async def models_page(request: Request) -> Response:
-    """GET /tools/models: every endpoint, its models or why they are missing."""
-    app = web(request)
-    if is_htmx(request):
-        return app.templates.response("_models_status.html", **_status(request))
-    context = await page_context(request, None)
-    return app.templates.response("models.html", **context, **_status(request))
-
-
 async def refresh_models(request: Request) -> Response:
     """POST /tools/models/refresh: ask every endpoint for its models again."""
     app = web(request)
     await app.models.registry.refresh()
     if is_htmx(request):
-        return app.templates.response("_models_status.html", **_status(request))
-    return redirect(request, path_for(request, "models"))
-
-
-def _status(request: Request) -> dict[str, Any]:
-    registry = web(request).models.registry
-    return {"endpoints": registry.statuses(), "model_names": registry.names()}
+        return app.templates.response("_models_status.html", **app.models.status())
+    return redirect(request, path_for(request, "tools"))

@@ -17,9 +17,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from webapp.chats.store import Chat, Page
 from webapp.web.app_state import new_client_id, web
 from webapp.web.chat_service import PAGE_RUNS, Conversation
-from webapp.chats.store import Chat, Page
 
 ALERT_TARGET = "#composer-alert"
 NO_CHAT = "This chat does not exist. It may have been deleted."

@@ -1,0 +1,58 @@
+"""The agent a chat's run starts or resumes with: composed per chat, at each start and resume.
+
+`ChatAgents.chat_agent` is the one place that decides what a chat's run gets:
+the app's agent (its built-in tools), the chat's model and instructions
+(`webapp.web.chat_models`), the tools of the MCP servers connected right now
+(SPEC §11: a server that is down offers nothing until it is back), and the
+chat's **Always allow** grants, which turn those tools' "ask" into "allow". It is read again at every start and every
+resume, so a grant or a server that came back counts from the next step on.
+
+The model is sent every very long tool result cut short, with a marker that says
+so (`webapp.models.long_results`); the user sees the whole result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from webapp.chats.store import ChatStore
+from webapp.mcp_servers import McpServers
+from webapp.models.long_results import CutLongResults
+from webapp.runtime.agent import Agent
+from webapp.runtime.tool import Tool
+from webapp.web.chat_models import ChatModels
+
+
+class ChatAgents:
+    """The app's agent, made each chat's own (`chat_agent`)."""
+
+    def __init__(
+        self,
+        base: Agent,
+        servers: McpServers | None,
+        chats: ChatStore,
+        models: ChatModels | None = None,
+    ) -> None:
+        self.base = base
+        self.servers = servers  # None: no config file, or one with no MCP servers
+        self.chats = chats
+        self.models = models  # the chat's model and instructions (None: the base agent's)
+
+    @property
+    def builtin_tools(self) -> Sequence[Tool]:
+        return self.base.tools
+
+    async def chat_agent(self, chat_id: str) -> Agent:
+        """The agent for a run of ``chat_id``, as of now."""
+        granted = await self.chats.approvals.grants(chat_id)
+        offered = [*self.base.tools, *(self.servers.tools() if self.servers else [])]
+        tools = [
+            replace(t, approval="allow") if t.approval == "ask" and t.name in granted else t
+            for t in offered
+        ]
+        agent = replace(self.base, tools=tools)
+        if self.models is not None:
+            agent = await self.models.apply(agent, chat_id)
+        model = CutLongResults(agent.model) if agent.model is not None else None
+        return replace(agent, model=model)
