@@ -160,7 +160,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--config",
         default=env("WEBAPP_CONFIG"),
         metavar="FILE",
-        help="the TOML config file: model endpoints and presets, MCP servers (env WEBAPP_CONFIG)",
+        help="the TOML config file: model endpoints and presets, MCP servers "
+        "(env WEBAPP_CONFIG; see README)",
     )
     parser.add_argument(
         "--offline-delay",
@@ -182,13 +183,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="comma-separated host names or addresses the server also answers to, besides "
         "those of --host, e.g. a DNS name or the name a proxy forwards; * for any "
         "(env WEBAPP_ALLOWED_HOSTS)",
-    )
-    parser.add_argument(
-        "--config",
-        default=env("WEBAPP_CONFIG"),
-        metavar="FILE",
-        help="the app's TOML config file: the MCP servers whose tools the model may call "
-        "(env WEBAPP_CONFIG; see README, Tools)",
     )
     parser.add_argument(
         "--log-level",

@@ -364,10 +364,10 @@ async def test_a_chat_database_from_before_approvals_gains_their_tables(tmp_path
     store = ChatStore(db)
     chat = await store.create("old")
     await store.close()
-    with sqlite3.connect(db) as conn:  # the file as version 7 left it
+    with sqlite3.connect(db) as conn:  # the file as version 9 left it (models, before approvals)
         conn.executescript(
             "DROP TABLE tool_decisions; DROP TABLE tool_grants; DROP TABLE paused_runs;"
-            "UPDATE schema_versions SET version = 7 WHERE name = 'webapp_chats';"
+            "UPDATE schema_versions SET version = 9 WHERE name = 'webapp_chats';"
         )
     notes = Notes()
     async with running(db, agent=note_agent(notes)) as client:
