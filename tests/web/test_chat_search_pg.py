@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from webapp.chats.users import EVERY_CHAT
 from webapp.stores.postgres_session import SCHEMA_SQL as SESSION_SCHEMA
 from webapp.stores.codec import StoredSegment
 from webapp.transcript import (
@@ -166,7 +167,7 @@ def chats(conn: asyncpg.Connection) -> Chats:
 
 async def hits(conn: asyncpg.Connection, text: str) -> list[SearchHit]:
     async with conn.transaction():
-        return await chat_search_pg.search(PostgresTx(conn), text)
+        return await chat_search_pg.search(PostgresTx(conn), text, EVERY_CHAT)
 
 
 async def found(conn: asyncpg.Connection, text: str) -> list[str]:

@@ -13,6 +13,7 @@ or with other processes, in one of them at once -- then closes the stores.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import uuid
@@ -21,10 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.authentication import AuthenticationBackend, AuthenticationError
 from starlette.exceptions import HTTPException
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import HTTPConnection
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
+from webapp.chats.db import is_postgres
+from webapp.chats.limits import Limits
+from webapp.chats.store import ChatStore
 from webapp.models.config import describe_model, model_from_settings
 from webapp.runtime.agent import Agent
 from webapp.runtime.model import Model
@@ -37,16 +46,22 @@ from webapp.stores.sqlite_session import SQLiteSession
 from webapp.tools import calculator, current_time
 from webapp.web.app_state import WebApp
 from webapp.web.assets import STATIC_DIR, TEMPLATES_DIR
-from webapp.chats.db import is_postgres
+from webapp.web.auth import (
+    AuthSettings,
+    NoAccounts,
+    SessionCookie,
+    TrustedHeader,
+    TrustedHeaderGate,
+)
 from webapp.web.chat_service import ChatService
-from webapp.chats.store import ChatStore
-from webapp.web.live.cluster import Cluster
 from webapp.web.fragments import Fragments
+from webapp.web.gate import Gate
+from webapp.web.live.cluster import Cluster
 from webapp.web.live.lease_keeper import LeaseKeeper
 from webapp.web.live.runs import RunManager
 from webapp.web.security import SecurityMiddleware
 from webapp.web.templating import Templates, by_name
-from webapp.web.views import chat_files, chats, messages, search, stream
+from webapp.web.views import accounts, admin, chat_files, chats, messages, search, stream
 from webapp.web.views.responses import ERROR_TITLES, http_exception
 
 logger = logging.getLogger("webapp.web")
@@ -65,7 +80,9 @@ def default_agent(model: Model) -> Agent:
     )
 
 
-def routes(static_dir: str | os.PathLike[str] = STATIC_DIR) -> list[Route | Mount]:
+def routes(
+    static_dir: str | os.PathLike[str] = STATIC_DIR, auth: AuthSettings | None = None
+) -> list[Route | Mount]:
     return [
         Route("/", chats.home, methods=["GET"], name="home"),
         Route("/chats", chats.new_chat, methods=["POST"], name="new_chat"),
@@ -116,7 +133,30 @@ def routes(static_dir: str | os.PathLike[str] = STATIC_DIR) -> list[Route | Moun
             "/chats/{chat_id}/delete", chats.delete_confirm, methods=["GET"], name="delete_confirm"
         ),
         Route("/chats/{chat_id}/delete", chats.delete, methods=["POST"], name="delete"),
+        *account_routes(auth or AuthSettings()),
         Mount("/static", StaticFiles(directory=static_dir), name="static"),
+    ]
+
+
+def account_routes(auth: AuthSettings) -> list[Route]:
+    """Signing in and out (password mode), and the administrators' page of users (any
+    mode with accounts), SPEC §13. Without accounts there are none of these."""
+    if not auth.accounts:
+        return []
+    by_user = "/admin/users/{user_id}"
+    sign_in = [
+        Route("/login", accounts.login_page, methods=["GET"], name="login"),
+        Route("/login", accounts.login, methods=["POST"], name="sign_in"),
+        Route("/logout", accounts.logout, methods=["POST"], name="logout"),
+    ]
+    return [
+        *(sign_in if auth.mode == "password" else []),
+        Route("/admin/users", admin.users_page, methods=["GET"], name="admin_users"),
+        Route("/admin/users", admin.add_user, methods=["POST"], name="add_user"),
+        Route(f"{by_user}/disable", admin.disable_user, methods=["POST"], name="disable_user"),
+        Route(f"{by_user}/enable", admin.enable_user, methods=["POST"], name="enable_user"),
+        Route(f"{by_user}/password", admin.reset_password, methods=["POST"], name="reset_password"),
+        Route(f"{by_user}/sign-out", admin.sign_out_user, methods=["POST"], name="sign_out_user"),
     ]
 
 
@@ -131,6 +171,8 @@ def create_app(
     redact: Sequence[str] = (),
     max_turns: int = 20,
     allowed_hosts: Sequence[str] | None = None,
+    auth: AuthSettings | None = None,
+    limits: Limits | None = None,
     templates_dir: str | os.PathLike[str] = TEMPLATES_DIR,
     static_dir: str | os.PathLike[str] = STATIC_DIR,
 ) -> Starlette:
@@ -140,6 +182,11 @@ def create_app(
     ``model`` defaults to the offline model; ``agent`` (overrides ``model``)
     defaults to an assistant with the calculator and current_time tools.
     ``token``: when set, every request needs it (see `webapp.web.security`).
+    ``auth``: how people sign in (`webapp.web.auth`); by default the token's mode
+    when ``token`` is set, else none. With ``trusted_proxies`` the app reads
+    ``X-Forwarded-For``/``-Proto`` itself (uvicorn's ProxyHeadersMiddleware, inside
+    the header check): serve it with uvicorn's own ``proxy_headers=False``.
+    ``limits``: per-person limits on replies (`webapp.chats.limits`).
     ``redact``: secrets (an API key) never shown in an error message.
     ``allowed_hosts``: host names the Host header may carry (None: any).
     ``templates_dir`` / ``static_dir``: default to the installed templates and static
@@ -161,9 +208,15 @@ def create_app(
                 "reinstall webapp (`pip install .`, or `pip install -e .` in a checkout), "
                 f"or pass {name}_dir="
             )
-    app = Starlette(routes=routes(static_dir), exception_handlers={HTTPException: http_exception})
+    auth = auth or AuthSettings("token" if token is not None else "none")
+    if (auth.mode == "token") != (token is not None):
+        raise ValueError("an access token goes with auth mode 'token', and only with it")
+    app = Starlette(
+        routes=routes(static_dir, auth), exception_handlers={HTTPException: http_exception}
+    )
     templates = Templates(templates_dir, by_name(app.routes))
-    state = _build_state(db_path, agent, templates, max_message_chars, redact, max_turns)
+    state = _build_state(db_path, agent, templates, max_message_chars, redact, max_turns, limits)
+    state = dataclasses.replace(state, auth=auth)
     app.state.web = state
     app.router.lifespan_context = _lifespan(state)
 
@@ -172,10 +225,29 @@ def create_app(
             "error.html", status=status, title=ERROR_TITLES.get(status, "Error"), message=message
         )
 
+    def refused(conn: HTTPConnection, exc: AuthenticationError) -> Response:
+        return HTMLResponse(render_error(403, str(exc)), status_code=403)
+
+    # Outermost last: the header check sees the real peer, X-Forwarded-* is applied
+    # next, then the host/token/origin checks, then who is asking, then what they reach.
+    app.add_middleware(Gate, settings=auth, routes=app.routes)
+    app.add_middleware(AuthenticationMiddleware, backend=_backend(auth, state), on_error=refused)
     app.add_middleware(
         SecurityMiddleware, token=token, render_error=render_error, allowed_hosts=allowed_hosts
     )
+    if auth.trusted_proxies:
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=list(auth.trusted_proxies))
+    if auth.mode == "header":
+        app.add_middleware(TrustedHeaderGate, header=auth.header, trusted=auth.trusted_proxies)
     return app
+
+
+def _backend(auth: AuthSettings, state: WebApp) -> AuthenticationBackend:
+    if auth.mode == "password":
+        return SessionCookie(state.store.users, public=("/static/",))
+    if auth.mode == "header":
+        return TrustedHeader(state.store.users, auth.header)
+    return NoAccounts()
 
 
 def _build_state(
@@ -185,6 +257,7 @@ def _build_state(
     max_message_chars: int,
     redact: Sequence[str],
     max_turns: int,
+    limits: Limits | None,
 ) -> WebApp:
     """Every part, built bottom-up in one pass: stores, fragments, runs, chat operations."""
     secrets = [s for s in redact if s]
@@ -204,7 +277,7 @@ def _build_state(
     else:
         session = SQLiteSession(db_path, wal=True)
         checkpointer = SQLiteCheckpointer(db_path, wal=True)
-    store = ChatStore(db_path)
+    store = ChatStore(db_path, limits=limits)
     fragments = Fragments(templates)
     runs = RunManager(
         agent=agent,
@@ -237,6 +310,8 @@ def _lifespan(state: WebApp) -> Any:
         if swept:
             logger.warning("removed %d rows of deleted chats left by an earlier process", swept)
         await state.store.backfill()
+        if state.store.limits.max_tokens_per_day is not None:
+            await state.store.add_usage_columns()
         if state.keeper is None:
             await state.runs.recover()
         else:

@@ -7,14 +7,15 @@ patched afterwards.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
+from webapp.chats.store import ChatStore
 from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.session import Session
+from webapp.web.auth import AuthSettings
 from webapp.web.chat_service import ChatService
-from webapp.chats.store import ChatStore
 from webapp.web.fragments import Fragments
 from webapp.web.live.lease_keeper import LeaseKeeper
 from webapp.web.live.runs import RunManager
@@ -33,6 +34,7 @@ class WebApp:
     keeper: LeaseKeeper | None  # with other processes on PostgreSQL (webapp.web.live.cluster)
     max_message_chars: int
     model_description: str
+    auth: AuthSettings = field(default_factory=AuthSettings)  # who may sign in, and how
 
 
 def web(request: Request) -> WebApp:

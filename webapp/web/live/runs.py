@@ -57,7 +57,7 @@ from webapp.stores.postgres import FencedOffError, fenced
 from webapp.stores.session import Session
 from webapp.transcript import Entry, UserEntry, drop_dangling_tool_calls
 from webapp.web import event_names as names
-from webapp.chats.store import Begun, Chat, ChatStore, NewRun
+from webapp.chats.store import EVERY_CHAT, Begun, Chat, ChatStore, NewRun
 from webapp.chats.tree import continued
 from webapp.web.live.chat_locks import ChatLocks
 from webapp.web.live.cluster import Cluster
@@ -450,7 +450,7 @@ class RunManager:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STOP_TIMEOUT
         while loop.time() < deadline:
-            chat = await self.chats.get(chat_id)
+            chat = await self.chats.get(EVERY_CHAT, chat_id)
             if chat is None or chat.active_run_id != run_id:
                 return
             await asyncio.sleep(ENDED_POLL)
@@ -510,7 +510,7 @@ class RunManager:
 
     async def _take_over(self, chat_id: str, run_id: str) -> int:
         """Resume one owed run (chat lock held), once this process holds its lease."""
-        chat = await self.chats.get(chat_id)
+        chat = await self.chats.get(EVERY_CHAT, chat_id)
         running = self._runs.get(run_id)
         if chat is None or chat.active_run_id != run_id or (running and not running.finished):
             return 0
