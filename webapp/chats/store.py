@@ -40,7 +40,7 @@ from webapp.chats.library import delete_checkpoints as _delete_checkpoints
 from webapp.chats.limits import Limits
 from webapp.chats.session_rows import append_segments, cut_segments, shown_segment, stored_segments
 from webapp.chats.tree import Tree
-from webapp.chats.users import EVERY_CHAT, Owner, Users
+from webapp.chats.users import EVERY_CHAT, Owner, ThrottlePolicy, Users
 from webapp.stores.codec import StoredSegment
 from webapp.stores.session import Segment
 from webapp.transcript import Entry
@@ -179,7 +179,8 @@ class ChatStore(ChatLibrary):
     checkpoint stores) or a ``postgresql://`` URL. Either way the session's and
     the checkpoints' tables are in the same database, and the transactions here
     span them (the search index's triggers watch them too). ``users``: the
-    people tables of the same database; ``limits``: what `begin_run` admits.
+    people tables of the same database (failed sign-ins slowed by ``throttle``);
+    ``limits``: what `begin_run` admits.
 
     A method a person's request reaches takes the `Owner` it acts for (the
     library half, `ChatLibrary`, and the versions here) and finds nothing of
@@ -223,7 +224,13 @@ class ChatStore(ChatLibrary):
         + chat_users.POSTGRES_SCHEMA
     )
 
-    def __init__(self, location: str | os.PathLike[str], *, limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        location: str | os.PathLike[str],
+        *,
+        limits: Limits | None = None,
+        throttle: ThrottlePolicy | None = None,
+    ) -> None:
         self._store = open_chat_db(
             location,
             sqlite_schema=(self.SCHEMA_NAME, self.SCHEMA_VERSION, self.SCHEMA_SQL, self.MIGRATIONS),
@@ -235,7 +242,7 @@ class ChatStore(ChatLibrary):
             ),
         )
         self.dialect = self._store.dialect
-        self.users = Users(self._store)
+        self.users = Users(self._store, throttle)
         self.limits = limits or Limits()
 
     async def close(self) -> None:

@@ -33,6 +33,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from webapp.chats.db import is_postgres
 from webapp.chats.limits import Limits
+from webapp.chats.users import ThrottlePolicy
 from webapp.chats.store import ChatStore
 from webapp.models.config import describe_model, model_from_settings
 from webapp.runtime.agent import Agent
@@ -173,6 +174,7 @@ def create_app(
     allowed_hosts: Sequence[str] | None = None,
     auth: AuthSettings | None = None,
     limits: Limits | None = None,
+    throttle: ThrottlePolicy | None = None,
     templates_dir: str | os.PathLike[str] = TEMPLATES_DIR,
     static_dir: str | os.PathLike[str] = STATIC_DIR,
 ) -> Starlette:
@@ -186,7 +188,8 @@ def create_app(
     when ``token`` is set, else none. With ``trusted_proxies`` the app reads
     ``X-Forwarded-For``/``-Proto`` itself (uvicorn's ProxyHeadersMiddleware, inside
     the header check): serve it with uvicorn's own ``proxy_headers=False``.
-    ``limits``: per-person limits on replies (`webapp.chats.limits`).
+    ``limits``: per-person limits on replies (`webapp.chats.limits`); ``throttle``: how
+    failed sign-ins are slowed and refused (`webapp.chats.users.ThrottlePolicy`).
     ``redact``: secrets (an API key) never shown in an error message.
     ``allowed_hosts``: host names the Host header may carry (None: any).
     ``templates_dir`` / ``static_dir``: default to the installed templates and static
@@ -215,7 +218,8 @@ def create_app(
         routes=routes(static_dir, auth), exception_handlers={HTTPException: http_exception}
     )
     templates = Templates(templates_dir, by_name(app.routes))
-    state = _build_state(db_path, agent, templates, max_message_chars, redact, max_turns, limits)
+    store = ChatStore(db_path, limits=limits, throttle=throttle)
+    state = _build_state(db_path, store, agent, templates, max_message_chars, redact, max_turns)
     state = dataclasses.replace(state, auth=auth)
     app.state.web = state
     app.router.lifespan_context = _lifespan(state)
@@ -252,12 +256,12 @@ def _backend(auth: AuthSettings, state: WebApp) -> AuthenticationBackend:
 
 def _build_state(
     db_path: str | os.PathLike[str],
+    store: ChatStore,
     agent: Agent,
     templates: Templates,
     max_message_chars: int,
     redact: Sequence[str],
     max_turns: int,
-    limits: Limits | None,
 ) -> WebApp:
     """Every part, built bottom-up in one pass: stores, fragments, runs, chat operations."""
     secrets = [s for s in redact if s]
@@ -277,7 +281,6 @@ def _build_state(
     else:
         session = SQLiteSession(db_path, wal=True)
         checkpointer = SQLiteCheckpointer(db_path, wal=True)
-    store = ChatStore(db_path, limits=limits)
     fragments = Fragments(templates)
     runs = RunManager(
         agent=agent,

@@ -26,6 +26,7 @@ from webapp.web.views.responses import (
     path_for,
     redirect,
     refuse,
+    refuse_form,
     render_chat,
     to_chat,
 )
@@ -86,8 +87,7 @@ async def rename(request: Request) -> Response:
     try:
         title = await read_title(request)
     except FormError as exc:
-        chat = await app.chats.get(owner_of(request), chat_id)
-        return await refuse(request, exc.status, exc.message, chat=chat)
+        return await refuse_form(request, chat_id, exc.status, exc.message)
     outcome = await app.chats.rename(owner_of(request), chat_id, title)
     if isinstance(outcome, ChatNotFound):
         return await refuse(request, 404, NO_CHAT)

@@ -38,6 +38,7 @@ from webapp.web.views.responses import (
     over_limit,
     page_context,
     refuse,
+    refuse_form,
     render_chat,
     to_chat,
 )
@@ -145,8 +146,7 @@ async def regenerate(request: Request) -> Response:
     try:
         run_id = await read_run_id(request, required=False)
     except FormError as exc:
-        chat = await app.chats.get(owner_of(request), chat_id)
-        return await refuse(request, exc.status, exc.message, chat=chat)
+        return await refuse_form(request, chat_id, exc.status, exc.message)
     outcome = await app.chats.regenerate(owner_of(request), chat_id, run_id)
     return await answer(request, outcome, busy=BUSY)
 
@@ -168,8 +168,7 @@ async def switch(request: Request) -> Response:
     try:
         run_id = await read_run_id(request, required=True)
     except FormError as exc:
-        chat = await app.chats.get(owner_of(request), chat_id)
-        return await refuse(request, exc.status, exc.message, chat=chat)
+        return await refuse_form(request, chat_id, exc.status, exc.message)
     outcome = await app.chats.switch(owner_of(request), chat_id, run_id or "")
     return await answer(request, outcome)
 

@@ -222,6 +222,15 @@ async def over_limit(
     return response
 
 
+async def refuse_form(request: Request, chat_id: str, status: int, message: str) -> Response:
+    """A form that cannot be read, posted to a chat: 404 first if the chat is not there
+    (or not the asker's), as every other answer about a chat one may not see."""
+    chat = await web(request).chats.get(owner_of(request), chat_id)
+    if chat is None:
+        return await refuse(request, 404, NO_CHAT)
+    return await refuse(request, status, message, chat=chat)
+
+
 def error_page(request: Request, status: int, message: str) -> Response:
     title = ERROR_TITLES.get(status, "Error")
     context: dict[str, Any] = {"status": status, "title": title, "message": message}
