@@ -33,7 +33,14 @@ START_TIMEOUT = 20.0
 STOP_TIMEOUT = 8.0
 
 # Variables that would silently point the app at a real model or another database.
-_LEAKY_ENV = ("OPENAI_BASE_URL", "OPENAI_API_KEY", "WEBAPP_MODEL", "WEBAPP_DB", "WEBAPP_TOKEN")
+_LEAKY_ENV = (
+    "OPENAI_BASE_URL",
+    "OPENAI_API_KEY",
+    "WEBAPP_MODEL",
+    "WEBAPP_DB",
+    "WEBAPP_TOKEN",
+    "WEBAPP_AUTH",  # a test that wants accounts says so on the command line
+)
 
 
 def free_port() -> int:
