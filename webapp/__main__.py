@@ -199,8 +199,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--token",
         default=env("WEBAPP_TOKEN"),
-        help="access token (env WEBAPP_TOKEN); required, and generated when absent, "
-        "for a non-loopback --host",
+        help="with --auth token (the default for a non-loopback --host): the access token "
+        "(env WEBAPP_TOKEN); generated when absent",
     )
     parser.add_argument(
         "--allowed-hosts",

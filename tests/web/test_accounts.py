@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from people import HTML, PASSWORD, add_user, http_for, new_chat, person, rows, sign_in
+from people import HTML, PASSWORD, add_user, execute, http_for, new_chat, person, rows, sign_in
 from webhelpers import HX, MakeClient, WebClient, parse_html
 
 from webapp.chats.users import ThrottlePolicy
@@ -67,9 +67,11 @@ async def test_failures_for_one_name_are_slowed_then_refused_from_any_address(
             response = await sign_in(http, "alice", f"guess {attempt}")
             took.append(time.monotonic() - started)
             assert response.status_code == 401
-    # The first guesses are answered at once, the later ones each wait longer.
-    assert max(took[: policy.slow_after + 1]) < policy.delay + 0.2
-    assert took[-1] >= (policy.refuse_after - 1 - policy.slow_after) * policy.delay
+    # The first guesses are answered as fast as a password is checked, the later ones
+    # each wait longer (Argon2's own time varies by some tens of milliseconds).
+    fast = took[: policy.slow_after]
+    assert took[policy.slow_after] > min(fast) + policy.delay / 2
+    assert took[-1] > max(fast) + (policy.refuse_after - policy.slow_after) * policy.delay - 0.2
     async with http_for(client.app, "198.51.100.200") as http:
         refused = await sign_in(http, "alice", PASSWORD)  # even the right password, now
         assert refused.status_code == 429
@@ -366,3 +368,33 @@ def test_the_auth_mode_defaults_as_before(host: str, monkeypatch: pytest.MonkeyP
         "X-Forwarded-User",
         ["10.0.0.1", "192.168.0.0/16"],
     )
+
+
+@pytest.mark.parametrize("db_kind", ["sqlite", "postgres"])
+async def test_a_database_from_before_accounts_is_migrated_and_its_chats_go_to_the_first_admin(
+    web_client_factory: MakeClient, db_kind: str, request: pytest.FixtureRequest, tmp_path: Path
+):
+    db: Path | str = tmp_path / "chat.db"
+    if db_kind == "postgres":
+        db = request.getfixturevalue("postgres_dsn")
+    old = await web_client_factory(db)
+    chats = [await old.new_chat() for _ in range(2)]
+    await old.web.store.close()  # (it opens again by itself if asked)
+    # Take the schema back to the version before accounts: what an older release left.
+    before = 3 if db_kind == "postgres" else 7
+    for statement in (
+        "DROP TABLE users",
+        "DROP TABLE user_sessions",
+        "DROP TABLE sign_in_failures",
+        "DROP INDEX chats_by_user",
+        "ALTER TABLE chats DROP COLUMN user_id",
+        f"UPDATE schema_versions SET version = {before} WHERE name = 'webapp_chats'",
+    ):
+        await execute(db, statement)
+    new = await web_client_factory(db, auth=AuthSettings("password"))
+    admin = await add_user(new, "root", admin=True)
+    owners = await rows(db, "SELECT id, user_id FROM chats ORDER BY id")
+    assert owners == sorted((c, admin.id) for c in chats)
+    async with person(new.app, "root") as http:
+        for chat_id in chats:
+            assert (await http.get(f"/chats/{chat_id}", headers=HTML)).status_code == 200

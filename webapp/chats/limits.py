@@ -43,6 +43,10 @@ class Limits:
     max_runs: int | None = None  # replies running at once, per person
     max_tokens_per_day: int | None = None  # tokens in + out per person per UTC day
 
+    @property
+    def any(self) -> bool:
+        return self.max_runs is not None or self.max_tokens_per_day is not None
+
     def __post_init__(self) -> None:
         for name, value in (("max_runs", self.max_runs), ("max_tokens", self.max_tokens_per_day)):
             if value is not None and value < 1:
@@ -62,7 +66,7 @@ class LimitReached(Exception):
 
 async def admit(tx: Tx, limits: Limits, owner: Owner, chat_id: str, now: float) -> None:
     """Raise `LimitReached` if ``owner`` may not start another run now."""
-    if limits.max_runs is None and limits.max_tokens_per_day is None:
+    if not limits.any:
         return
     if tx.dialect == "postgresql":
         await tx.execute(

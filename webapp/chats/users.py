@@ -129,10 +129,10 @@ def _digest(token: str) -> str:
 class ThrottlePolicy:
     """How failed sign-ins are slowed, then refused, per user name and per address.
 
-    Within ``window`` seconds of a key's first failure, attempts after
-    ``slow_after`` failures wait ``delay`` seconds more for each failure
-    beyond it (at most ``max_delay``), and attempts after ``refuse_after``
-    failures are refused until the window ends. An address gets
+    Within ``window`` seconds of a key's first failure, each attempt after
+    ``slow_after`` failures waits ``delay`` seconds longer than the one before
+    (at most ``max_delay``), and attempts after ``refuse_after`` failures are
+    refused until the window ends. An address gets
     ``address_factor`` times the allowance: many people may share one.
     """
 
@@ -308,19 +308,15 @@ class Users:
             for key, factor in keys:
                 rows = await tx.fetch(
                     "INSERT INTO sign_in_failures (key, failures, since) VALUES (?, 1, ?) "
-                    "ON CONFLICT (key) DO UPDATE SET "
-                    "failures = CASE WHEN sign_in_failures.since < ? THEN 1 "
-                    "ELSE sign_in_failures.failures + 1 END, "
-                    "since = CASE WHEN sign_in_failures.since < ? THEN excluded.since "
-                    "ELSE sign_in_failures.since END "
+                    "ON CONFLICT (key) DO UPDATE SET failures = sign_in_failures.failures + 1 "
                     "RETURNING failures, since",
-                    (key, now, now - policy.window, now - policy.window),
+                    (key, now),
                 )
                 failures, since = int(rows[0][0]), float(rows[0][1])
                 before = failures - 1  # this attempt is not a failure yet
                 if before >= policy.refuse_after * factor:
                     refused_until = max(refused_until or 0.0, since + policy.window)
-                beyond = before - policy.slow_after * factor
+                beyond = before - policy.slow_after * factor + 1
                 if beyond > 0:
                     delay = max(delay, min(policy.max_delay, beyond * policy.delay))
             return Attempt(delay, refused_until)

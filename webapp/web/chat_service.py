@@ -210,8 +210,8 @@ class ChatService:
 
     async def follow(self, owner: Owner, chat_id: str, run_id: str) -> RunState | None:
         """Run ``run_id`` of the owner's chat live, here or in another process."""
-        if await self.store.get(owner, chat_id) is None:
-            return None
+        if owner.user_id is not None and await self.store.get(owner, chat_id) is None:
+            return None  # without accounts every chat is the one user's: nothing to look up
         return await self.runs.follow(chat_id, run_id)
 
     async def conversation(
