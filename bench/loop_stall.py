@@ -42,6 +42,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from webapp.chats.store import ChatStore
+from webapp.chats.users import EVERY_CHAT
 from webapp.web import create_app
 
 BEAT = 0.001
@@ -222,7 +223,7 @@ async def measure(db: Path, newlines: int, long_chat: str) -> list[tuple[str, fl
 
 async def create_schema(db: Path) -> None:
     async with ChatStore(db) as store:
-        await store.recent(1)
+        await store.recent(EVERY_CHAT, 1)
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from webapp.chats.store import ChatStore
+from webapp.chats.users import EVERY_CHAT
 
 
 def _word(n: int) -> str:
@@ -83,7 +84,7 @@ def build(db: Path, chats: int, turns: int, seed: int = 1) -> None:
 
 async def _create_schema(db: Path) -> None:
     async with ChatStore(db) as store:
-        await store.recent(1)  # opens the file: schema, triggers and index
+        await store.recent(EVERY_CHAT, 1)  # opens the file: schema, triggers and index
 
 
 async def measure(db: Path, rounds: int) -> dict[str, list[float]]:
@@ -99,12 +100,12 @@ async def measure(db: Path, rounds: int) -> dict[str, list[float]]:
     }
     times: dict[str, list[float]] = {k: [] for k in kinds}
     async with ChatStore(db) as store:
-        await store.search("warm up")
+        await store.search(EVERY_CHAT, "warm up")
         for _ in range(rounds):
             for kind, make in kinds.items():
                 query = make()
                 start = time.perf_counter()
-                await store.search(query)
+                await store.search(EVERY_CHAT, query)
                 times[kind].append((time.perf_counter() - start) * 1000)
     return times
 

@@ -263,10 +263,11 @@ def build_pages(db: Path, root: Path) -> dict[int, str]:
 
 _CREATE_SCHEMA = """
 import asyncio, sys
+from webapp.chats.users import EVERY_CHAT
 from webapp.chats.store import ChatStore
 async def main():
     async with ChatStore(sys.argv[1]) as store:
-        await store.recent(1)
+        await store.recent(EVERY_CHAT, 1)
 asyncio.run(main())
 """
 

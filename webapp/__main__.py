@@ -42,6 +42,40 @@ def resolve_token(host: str, token: str | None) -> str | None:
     return None if is_loopback(host) else secrets.token_urlsafe(24)
 
 
+AUTH_MODES = ("none", "token", "password", "header")
+
+
+def auth_mode(host: str, given: str | None, token: str | None) -> str:
+    """``--auth`` as given; by default ``token`` when a token is given or the host is not
+    loopback, else ``none`` (the app as it always was)."""
+    if given:
+        return given
+    return "token" if token or not is_loopback(host) else "none"
+
+
+def address_list(value: str) -> list[str]:
+    """``--trusted-proxies``: comma-separated addresses or CIDR blocks."""
+    found = [part.strip() for part in value.split(",") if part.strip()]
+    for item in found:
+        try:
+            ipaddress.ip_network(item.strip("[]"), strict=False)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{item!r} is not an IP address or CIDR block; give e.g. 127.0.0.1/32,10.0.0.0/8"
+            ) from None
+    return found
+
+
+def at_least_one(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {value!r}")
+    return number
+
+
 @dataclass(frozen=True)
 class Machine:
     """This machine's own host names and addresses, as a Host header may carry them."""
@@ -172,8 +206,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--token",
         default=env("WEBAPP_TOKEN"),
-        help="access token (env WEBAPP_TOKEN); required, and generated when absent, "
-        "for a non-loopback --host",
+        help="with --auth token (the default for a non-loopback --host): the access token "
+        "(env WEBAPP_TOKEN); generated when absent",
     )
     parser.add_argument(
         "--allowed-hosts",
@@ -183,6 +217,45 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="comma-separated host names or addresses the server also answers to, besides "
         "those of --host, e.g. a DNS name or the name a proxy forwards; * for any "
         "(env WEBAPP_ALLOWED_HOSTS)",
+    )
+    parser.add_argument(
+        "--auth",
+        default=env("WEBAPP_AUTH") or None,
+        metavar="MODE",
+        help="how people get in: none, token, password (accounts: `webapp users add`) or "
+        "header (a signing-in proxy names them; needs --trusted-proxies) (env WEBAPP_AUTH; "
+        "default none on loopback, token elsewhere)",
+    )
+    parser.add_argument(
+        "--auth-header",
+        default=env("WEBAPP_AUTH_HEADER") or "X-Forwarded-User",
+        metavar="NAME",
+        help="with --auth header: the header naming the person (env WEBAPP_AUTH_HEADER; "
+        "default X-Forwarded-User)",
+    )
+    parser.add_argument(
+        "--trusted-proxies",
+        type=address_list,
+        default=env("WEBAPP_TRUSTED_PROXIES") or "",
+        metavar="CIDRS",
+        help="comma-separated addresses or CIDR blocks of the proxies in front of the app: "
+        "only their X-Forwarded-For/-Proto (and --auth-header) count "
+        "(env WEBAPP_TRUSTED_PROXIES; default none)",
+    )
+    parser.add_argument(
+        "--max-runs-per-user",
+        type=at_least_one,
+        default=env("WEBAPP_MAX_RUNS_PER_USER") or None,
+        metavar="N",
+        help="replies one person may have running at once (env WEBAPP_MAX_RUNS_PER_USER)",
+    )
+    parser.add_argument(
+        "--max-tokens-per-day",
+        type=at_least_one,
+        default=env("WEBAPP_MAX_TOKENS_PER_DAY") or None,
+        metavar="N",
+        help="tokens (in + out) one person's replies may use per UTC day "
+        "(env WEBAPP_MAX_TOKENS_PER_DAY)",
     )
     parser.add_argument(
         "--log-level",
@@ -196,7 +269,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--port must be between 0 and 65535, got {args.port}")
     if args.offline_delay < 0:
         parser.error(f"--offline-delay must be >= 0 seconds, got {args.offline_delay}")
+    _check_auth(parser, args)
     return args
+
+
+def _check_auth(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.auth is not None and args.auth not in AUTH_MODES:
+        parser.error(f"--auth must be one of {', '.join(AUTH_MODES)}, got {args.auth!r}")
+    args.auth = auth_mode(args.host, args.auth, args.token)
+    if args.auth == "none" and not is_loopback(args.host):
+        parser.error(
+            f"--auth none on {args.host} would let anyone who reaches it in; "
+            "use token, password or header"
+        )
+    if args.token and args.auth != "token":
+        parser.error(f"--token (or WEBAPP_TOKEN) goes with --auth token, not --auth {args.auth}")
+    if args.auth == "header" and not args.trusted_proxies:
+        parser.error(
+            "--auth header needs --trusted-proxies (the addresses of the proxy that signs "
+            "people in): a header from anywhere else would let anyone in"
+        )
 
 
 def import_file(argv: Sequence[str]) -> int:
@@ -204,19 +296,17 @@ def import_file(argv: Sequence[str]) -> int:
     import asyncio
     from pathlib import Path
 
-    from webapp.stores.postgres import redact_dsn
     from webapp.chats.file_format import MAX_FILE_BYTES, ChatFileError, parse
-    from webapp.chats.store import ChatStore
+    from webapp.chats.store import EVERY_CHAT, ChatStore
+    from webapp.stores.postgres import redact_dsn
 
     parser = argparse.ArgumentParser(
         prog="webapp import", description="Import a chat exported as JSON into a chat database."
     )
     parser.add_argument("file", help="the exported chat (.json)")
+    _db_argument(parser)
     parser.add_argument(
-        "--db",
-        default=os.environ.get("WEBAPP_DB") or "chat.db",
-        help="chat database: a SQLite file, or postgresql://user:password@host:port/dbname "
-        "shared by any number of app processes (env WEBAPP_DB; default ./chat.db)",
+        "--user", metavar="NAME", help="whose chat it becomes (needed once the database has users)"
     )
     args = parser.parse_args(argv)
     path = Path(args.file)
@@ -231,24 +321,142 @@ def import_file(argv: Sequence[str]) -> int:
         print(f"webapp import: {args.file}: {exc} Nothing was imported.", file=sys.stderr)
         return 2
 
-    async def store() -> str:
+    async def store() -> str | None:
         async with ChatStore(args.db) as chats:
-            return await chats.import_chat(chat)
+            owner = EVERY_CHAT
+            if args.user is not None:
+                account = await chats.users.find(args.user.strip().lower())
+                if account is None:
+                    return None
+                owner = account.owner
+            elif await chats.users.everyone():
+                return None
+            return await chats.import_chat(owner, chat)
 
     chat_id = asyncio.run(store())
+    if chat_id is None:
+        why = f"there is no user {args.user!r}" if args.user else "the database has users"
+        print(
+            f"webapp import: {why}; say whose chat it is with --user NAME (an existing "
+            "user). Nothing was imported.",
+            file=sys.stderr,
+        )
+        return 2
     print(f"webapp import: {chat.title or 'New chat'!r} is chat {chat_id} in {redact_dsn(args.db)}")
     return 0
+
+
+def _db_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--db",
+        default=os.environ.get("WEBAPP_DB") or "chat.db",
+        help="chat database: a SQLite file, or postgresql://user:password@host:port/dbname "
+        "shared by any number of app processes (env WEBAPP_DB; default ./chat.db)",
+    )
+
+
+def _new_password(args: argparse.Namespace) -> str:
+    """From stdin (one line) with ``--password-stdin``, else asked twice at the terminal."""
+    import getpass
+
+    if args.password_stdin:
+        return sys.stdin.readline().rstrip("\r\n")
+    first = getpass.getpass(f"Password for {args.name}: ")
+    if getpass.getpass("The same again: ") != first:
+        raise ValueError("the two passwords differ; nothing was changed")
+    return first
+
+
+def users_command(argv: Sequence[str]) -> int:
+    """`python -m webapp users add|list|remove|set-password`: the accounts of --auth password."""
+    import asyncio
+
+    parser = argparse.ArgumentParser(
+        prog="webapp users", description="Accounts for --auth password (and header)."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add = commands.add_parser("add", help="add an account (the first admin gets older chats)")
+    add.add_argument("--admin", action="store_true", help="may manage users at /admin/users")
+    setter = commands.add_parser("set-password", help="set an account's password")
+    for sub in (add, setter):
+        sub.add_argument("name", help="user name")
+        sub.add_argument(
+            "--password-stdin", action="store_true", help="read the password from stdin"
+        )
+    remove = commands.add_parser("remove", help="delete an account and all its chats")
+    remove.add_argument("name", help="user name")
+    shown = commands.add_parser("list", help="list the accounts")
+    for sub in (add, setter, remove, shown):
+        _db_argument(sub)
+    args = parser.parse_args(argv)
+    try:
+        message = asyncio.run(_users(args))
+    except ValueError as exc:  # a bad name or password, a name taken: nothing changed
+        print(f"webapp users: {exc}", file=sys.stderr)
+        return 2
+    print(message)
+    return 0
+
+
+async def _users(args: argparse.Namespace) -> str:
+    from webapp.chats.passwords import hash_password_async
+    from webapp.chats.store import ChatStore
+    from webapp.chats.users import user_name
+
+    async with ChatStore(args.db) as store:
+        users = store.users
+        if args.command == "list":
+            lines = [
+                f"{a.name}{' (admin)' if a.is_admin else ''}{' (disabled)' if a.disabled else ''}"
+                for a in await users.everyone()
+            ]
+            return "\n".join(lines) or "webapp users: no accounts yet"
+        name = user_name(args.name)
+        found = await users.find(name)
+        if args.command == "add":
+            if found is not None:
+                raise ValueError(f"there is already a user named {name!r}")
+            account = await users.add(
+                name, await hash_password_async(_new_password(args)), admin=args.admin
+            )
+            return f"webapp users: added {account.name}{' (admin)' if args.admin else ''}"
+        if found is None:
+            raise ValueError(f"there is no user named {name!r}")
+        if args.command == "set-password":
+            await users.set_password(found.id, await hash_password_async(_new_password(args)))
+            return f"webapp users: new password for {name}"
+        chats = await store.remove_user(found.id)
+        return f"webapp users: removed {name} and {chats} chat{'s' if chats != 1 else ''}"
+
+
+def _has_accounts(db: str) -> bool:
+    import asyncio
+
+    from webapp.chats.store import ChatStore
+
+    async def look() -> bool:
+        async with ChatStore(db) as store:
+            return bool(await store.users.everyone())
+
+    return asyncio.run(look())
 
 
 def _serve(app: Starlette, host: str, port: int) -> None:
     """Run ``app`` under uvicorn. At SIGINT/SIGTERM sse-starlette ends the open event
     streams at once (it watches uvicorn's exit), so the graceful shutdown does not wait
     its whole timeout on them, and the browsers reconnect to whichever process serves
-    next."""
+    next. uvicorn's own X-Forwarded-* handling is off (it would trust 127.0.0.1): the
+    app applies it itself, for --trusted-proxies only, after its header check has seen
+    each connection's real peer (`webapp.web.create_app`)."""
     import uvicorn
 
     config = uvicorn.Config(
-        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=5,
+        proxy_headers=False,
     )
     uvicorn.Server(config).run()
 
@@ -257,13 +465,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["import"]:
         return import_file(argv[1:])
+    if argv[:1] == ["users"]:
+        return users_command(argv[1:])
     args = parse_args(argv)
     configure_logging(args.log_level)
 
+    from webapp.chats.limits import Limits
     from webapp.config import ConfigError, load_config
     from webapp.models.endpoints import ModelRegistry
     from webapp.stores.postgres import redact_dsn
     from webapp.web import create_app
+    from webapp.web.auth import AuthSettings
 
     try:
         config = load_config(args.config)
@@ -278,7 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"webapp: {exc}", file=sys.stderr)
         return 2
-    token = resolve_token(args.host, args.token)
+    token = (args.token or secrets.token_urlsafe(24)) if args.auth == "token" else None
     try:
         app = create_app(
             args.db,
@@ -287,6 +499,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             redact=[args.api_key or ""],
             allowed_hosts=allowed_hosts(args.host, extra=args.allowed_hosts),
             config=config,
+            auth=AuthSettings(args.auth, args.auth_header, tuple(args.trusted_proxies)),
+            limits=Limits(args.max_runs_per_user, args.max_tokens_per_day),
         )
     except ValueError as exc:
         print(f"webapp: {exc}", file=sys.stderr)
@@ -299,6 +513,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if token is not None:
         print(f"webapp: open http://{host}:{args.port}/?token={token}", flush=True)
+    if args.auth == "password" and not _has_accounts(args.db):
+        print(
+            "webapp: no accounts yet; add one with `python -m webapp users add NAME --admin`",
+            file=sys.stderr,
+            flush=True,
+        )
     _serve(app, args.host, args.port)
     return 0
 

@@ -9,15 +9,16 @@ import asyncio
 import sys
 
 from webapp.chats.store import ChatStore
+from webapp.chats.users import EVERY_CHAT
 
 
 async def main(db: str, chat_id: str, first: str, second: str) -> None:
     store = ChatStore(db)
-    await store.switch(chat_id, first)
+    await store.switch(EVERY_CHAT, chat_id, first)
     print("ready", flush=True)
     while True:
-        await store.switch(chat_id, second)
-        await store.switch(chat_id, first)
+        await store.switch(EVERY_CHAT, chat_id, second)
+        await store.switch(EVERY_CHAT, chat_id, first)
 
 
 if __name__ == "__main__":

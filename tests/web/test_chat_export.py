@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import replace
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from webhelpers import HX, MakeClient, parse_html
 
+from webapp.chats.file_format import ChatFileError, parse, to_json
+from webapp.chats.users import EVERY_CHAT
 from webapp.models import ScriptedModel
 from webapp.transcript import AssistantEntry, ToolCallEntry, ToolResultEntry, UserEntry
-from webapp.chats.file_format import ChatFileError, parse, to_json
 
 ON_BOTH_DATABASES = True  # every test here that builds the app runs on SQLite and PostgreSQL
 
@@ -194,7 +195,7 @@ def test_a_tool_consistent_tree_parses():
 async def test_bad_files_write_nothing_and_say_why(web_client_factory: MakeClient):
     client = await web_client_factory(model=ScriptedModel([]))
     await client.new_chat()
-    before = await client.web.chats.recent()
+    before = await client.web.chats.recent(EVERY_CHAT)
     for name, data, status, words in [
         ("x.json", b"{broken", 400, "not JSON"),
         ("x.json", b"", 400, "empty"),
@@ -210,7 +211,7 @@ async def test_bad_files_write_nothing_and_say_why(web_client_factory: MakeClien
     # htmx gets the alert fragment; a post without a file is refused too.
     response = await client.http.post("/chats/import", data={"x": "y"}, headers=HX)
     assert response.status_code == 400
-    assert await client.web.chats.recent() == before
+    assert await client.web.chats.recent(EVERY_CHAT) == before
 
 
 def run_import(source: Path, db: Path) -> subprocess.CompletedProcess[str]:
@@ -305,7 +306,7 @@ async def test_a_hostile_file_is_refused_naming_the_field_and_writes_nothing(
     data, field = HOSTILE_FILES[name]
     client = await web_client_factory(model=ScriptedModel([]))
     kept = await client.new_chat()
-    before = await client.web.chats.recent()
+    before = await client.web.chats.recent(EVERY_CHAT)
     exported = (await client.http.get(f"/chats/{kept}/export.json")).json()
     response = await client.http.post(
         "/chats/import", files={"file": ("x.json", data, "application/json")}
@@ -313,7 +314,7 @@ async def test_a_hostile_file_is_refused_naming_the_field_and_writes_nothing(
     assert response.status_code == 400
     alert = parse_html(response.text).find(id="composer-alert").norm_text()
     assert alert.startswith("Not imported: ") and field in alert, alert
-    assert await client.web.chats.recent() == before
+    assert await client.web.chats.recent(EVERY_CHAT) == before
     again = (await client.http.get(f"/chats/{kept}/export.json")).json()
     assert normalised(again) == normalised(exported)
 
@@ -374,7 +375,7 @@ async def test_control_characters_are_taken_out_of_an_imported_chat(
     )
     assert imported.status_code == 303
     chat_id = imported.headers["location"].rsplit("/", 1)[1]
-    chat = await client.web.chats.get(chat_id)
+    chat = await client.web.chats.get(EVERY_CHAT, chat_id)
     assert chat is not None and chat.title == "ab[31m"
     [segment] = await client.web.session.segments(chat_id)
     assert segment.entries == [UserEntry("line\nonetwo"), AssistantEntry("reply")]

@@ -8,6 +8,7 @@ import uuid
 
 from webhelpers import MakeClient
 
+from webapp.chats.users import EVERY_CHAT
 from webapp.models import ScriptedModel
 from webapp.web.chat_service import ChatNotFound
 from webapp.web.live.chat_locks import ChatLocks
@@ -40,7 +41,7 @@ async def test_ten_thousand_chats_locked_leave_no_lock_behind(web_client_factory
     # Through the chat operations, which take the lock themselves, and the runs'
     # own tasks, which take it for their final bookkeeping.
     for _ in range(200):
-        outcome = await client.web.chats.rename(uuid.uuid4().hex, "no such chat")
+        outcome = await client.web.chats.rename(EVERY_CHAT, uuid.uuid4().hex, "no such chat")
         assert isinstance(outcome, ChatNotFound)
     chat_ids = [await client.new_chat() for _ in range(10)]
     for chat_id in chat_ids:

@@ -17,10 +17,11 @@ from pathlib import Path
 import httpx
 from webhelpers import HX, MakeClient, parse_html
 
-from webapp.models import ScriptedModel
-from webapp.transcript import AssistantEntry
 from webapp.chats import search as chat_search
 from webapp.chats.store import ChatStore
+from webapp.chats.users import EVERY_CHAT
+from webapp.models import ScriptedModel
+from webapp.transcript import AssistantEntry
 
 ROOT = Path(__file__).resolve().parents[2]
 # main before versions and search existed: its database is what the migration meets.
@@ -310,7 +311,9 @@ def test_an_index_made_before_the_nul_fix_is_rebuilt(tmp_path: Path):
     asyncio.run(_open(db))
     entries = json.dumps([{"type": "user", "text": "before\u0000after \ue000x"}])
     with sqlite3.connect(db) as conn:
-        conn.execute("INSERT INTO chats VALUES ('c1', 't', 1, 1, NULL, NULL, NULL)")
+        conn.execute(
+            "INSERT INTO chats (id, title, created_at, updated_at) VALUES ('c1', 't', 1, 1)"
+        )
         conn.execute(
             "INSERT INTO session_segments (session_id, seq, run_id, first_entry, entry_count, "
             "entries_json, meta_json) VALUES ('c1', 1, 'r1', 0, 1, ?, NULL)",
@@ -318,6 +321,9 @@ def test_an_index_made_before_the_nul_fix_is_rebuilt(tmp_path: Path):
         )
         conn.execute("UPDATE chat_search SET body = 'before \ue000x'")  # what version 6 made
         conn.execute("UPDATE schema_versions SET version = 6 WHERE name = 'webapp_chats'")
+        # What later versions added, gone too, so their steps meet a version 6 table.
+        conn.execute("DROP INDEX chats_by_user")
+        conn.execute("ALTER TABLE chats DROP COLUMN user_id")
     asyncio.run(_open(db))
     with sqlite3.connect(db) as conn:
         bodies = sorted(b for (b,) in conn.execute("SELECT body FROM chat_search"))
@@ -326,4 +332,4 @@ def test_an_index_made_before_the_nul_fix_is_rebuilt(tmp_path: Path):
 
 async def _open(db: Path) -> None:
     async with ChatStore(db) as store:
-        await store.recent(1)
+        await store.recent(EVERY_CHAT, 1)

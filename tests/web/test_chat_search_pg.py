@@ -12,8 +12,13 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from webapp.stores.postgres_session import SCHEMA_SQL as SESSION_SCHEMA
+from webapp.chats import search_pg as chat_search_pg
+from webapp.chats import tree as chat_tree
+from webapp.chats.db import PostgresTx
+from webapp.chats.search import MAX_RESULTS, SearchHit
+from webapp.chats.users import EVERY_CHAT
 from webapp.stores.codec import StoredSegment
+from webapp.stores.postgres_session import SCHEMA_SQL as SESSION_SCHEMA
 from webapp.transcript import (
     AssistantEntry,
     Entry,
@@ -22,10 +27,6 @@ from webapp.transcript import (
     ToolResultEntry,
     UserEntry,
 )
-from webapp.chats import search_pg as chat_search_pg
-from webapp.chats import tree as chat_tree
-from webapp.chats.db import PostgresTx
-from webapp.chats.search import MAX_RESULTS, SearchHit
 
 # chat_store's chats table, as it is on PostgreSQL.
 CHATS = """
@@ -166,7 +167,7 @@ def chats(conn: asyncpg.Connection) -> Chats:
 
 async def hits(conn: asyncpg.Connection, text: str) -> list[SearchHit]:
     async with conn.transaction():
-        return await chat_search_pg.search(PostgresTx(conn), text)
+        return await chat_search_pg.search(PostgresTx(conn), text, EVERY_CHAT)
 
 
 async def found(conn: asyncpg.Connection, text: str) -> list[str]:

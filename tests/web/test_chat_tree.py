@@ -15,9 +15,9 @@ from pathlib import Path
 
 from webhelpers import MakeClient
 
+from webapp.chats.tree import Node, Tree, Versions, continued
 from webapp.models import ScriptedModel
 from webapp.transcript import AssistantEntry, ToolCallEntry, UserEntry
-from webapp.chats.tree import Node, Tree, Versions, continued
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("switch_worker.py")

@@ -16,6 +16,7 @@ from webhelpers import HX, Node, WebClient, buttons, eventually, form_of, parse_
 
 from webapp.chats.store import ChatStore, NewRun
 from webapp.models import ScriptedModel
+from webapp.models.long_results import MAX_RESULT_CHARS
 from webapp.runtime.agent import Agent
 from webapp.runtime.approvals import DECLINED
 from webapp.runtime.tool import tool
@@ -23,7 +24,6 @@ from webapp.stores.checkpoint import RunHead
 from webapp.stores.sqlite_checkpoint import SQLiteCheckpointer
 from webapp.transcript import ToolCallEntry, ToolResultEntry, UserEntry
 from webapp.web import create_app
-from webapp.models.long_results import MAX_RESULT_CHARS
 
 
 class Notes:

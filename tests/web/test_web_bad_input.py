@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from webhelpers import MakeClient, WebClient, parse_html, parse_sse, textarea_value
 
+from webapp.chats.users import EVERY_CHAT
 from webapp.models import ScriptedModel
 from webapp.transcript import UserEntry
 from webapp.web.sse import parse_position
@@ -139,7 +140,7 @@ async def test_an_invisible_first_message_does_not_create_a_chat(
     client = await web_client_factory(model=ScriptedModel([]))
     response = await client.http.post("/chats", data={"text": "\u200b\u2060"})
     assert response.status_code == 400
-    assert await client.web.chats.recent() == []
+    assert await client.web.chats.recent(EVERY_CHAT) == []
 
 
 async def test_control_characters_are_removed_from_messages(web_client_factory: MakeClient):
@@ -155,7 +156,7 @@ async def test_control_characters_are_removed_from_messages(web_client_factory: 
         assert char not in html, repr(char)
     page = parse_html(html)
     assert page.find(data_role="user").find(class_="content").text() == expected
-    chat = await client.web.chats.get(chat_id)
+    chat = await client.web.chats.get(EVERY_CHAT, chat_id)
     assert chat is not None and "\x00" not in chat.title
 
 
@@ -168,9 +169,9 @@ async def test_control_characters_are_removed_from_titles(web_client_factory: Ma
         f"/chats/{chat_id}/rename", data={"title": "\x00My\x01 title\x1f"}
     )
     assert response.status_code == 303, response.text
-    chat = await client.web.chats.get(chat_id)
+    chat = await client.web.chats.get(EVERY_CHAT, chat_id)
     assert chat is not None and chat.title == "My title"
     # A title of nothing visible restores the automatic one, like an empty title.
     await client.http.post(f"/chats/{chat_id}/rename", data={"title": "\u200b\x00"})
-    chat = await client.web.chats.get(chat_id)
+    chat = await client.web.chats.get(EVERY_CHAT, chat_id)
     assert chat is not None and chat.title == "first message"

@@ -15,6 +15,7 @@ from webhelpers import (
     textarea_value,
 )
 
+from webapp.chats.users import EVERY_CHAT
 from webapp.models import ScriptedModel
 from webapp.stores.checkpoint import RunHead
 from webapp.transcript import AssistantEntry, UserEntry
@@ -207,14 +208,14 @@ async def test_editing_the_first_message_renames_an_automatic_title(web_client_f
     run_id = (await client.web.session.segments(chat_id))[0].run_id
     await client.http.post(f"/chats/{chat_id}/messages/{run_id}/edit", data={"text": "first"})
     await client.wait_idle(chat_id)
-    chat = await client.web.chats.get(chat_id)
+    chat = await client.web.chats.get(EVERY_CHAT, chat_id)
     assert chat is not None and chat.title == "first"
     # A title the user chose is left alone.
     await client.http.post(f"/chats/{chat_id}/rename", data={"title": "Mine"})
     run_id = (await client.web.session.segments(chat_id))[0].run_id
     await client.http.post(f"/chats/{chat_id}/messages/{run_id}/edit", data={"text": "again"})
     await client.wait_idle(chat_id)
-    chat = await client.web.chats.get(chat_id)
+    chat = await client.web.chats.get(EVERY_CHAT, chat_id)
     assert chat is not None and chat.title == "Mine"
 
 

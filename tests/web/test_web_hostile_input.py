@@ -22,6 +22,7 @@ import pytest
 from webhelpers import MakeClient, cli_env, free_port, parse_html, stop_process, wait_serving
 
 from webapp.chats.store import ChatStore
+from webapp.chats.users import EVERY_CHAT
 
 STATIC_BOUND = 0.1  # seconds a static file may take while the costly request runs
 
@@ -123,7 +124,7 @@ async def test_an_unknown_run_of_a_long_chat_is_not_looked_for_in_every_run(
     # The reply lookup read the whole chat, 60,000 runs, to find nothing (seconds).
     db = tmp_path / "chat.db"
     async with ChatStore(db) as store:
-        chat = await store.create("long")
+        chat = await store.create(EVERY_CHAT, "long")
     runs = 60_000
     with sqlite3.connect(db) as conn:
         conn.executemany(

@@ -14,6 +14,7 @@ from webhelpers import (
     reply_text,
 )
 
+from webapp.chats.users import EVERY_CHAT
 from webapp.models import ScriptedModel
 
 ON_BOTH_DATABASES = True  # every test here that builds the app runs on SQLite and PostgreSQL
@@ -118,7 +119,7 @@ async def test_unknown_chat_is_a_404_page(web_client_factory: MakeClient):
     # A send is refused by its own record, which writes nothing of it.
     response = await client.http.post("/chats/nope/messages", data={"text": "x", "client_id": "c1"})
     assert response.status_code == 404
-    assert await client.web.store.find_send("c1") is None
+    assert await client.web.store.find_send(EVERY_CHAT, "c1") is None
 
 
 async def test_unknown_message_and_run_ids_are_404(web_client_factory: MakeClient):
@@ -150,13 +151,13 @@ async def test_rename_sets_the_title_and_empty_restores_the_automatic_one(
     await client.wait_idle(chat_id)
     response = await client.http.post(f"/chats/{chat_id}/rename", data={"title": "  Cats  "})
     assert response.status_code == 303
-    chat = await client.web.chats.get(chat_id)
+    chat = await client.web.chats.get(EVERY_CHAT, chat_id)
     assert chat is not None and chat.title == "Cats"
     page = await client.page(chat_id)
     assert page.find("h1").norm_text() == "Cats"
     assert page.find("nav", aria_label="Chats").find("a").norm_text() == "Cats"
     await client.http.post(f"/chats/{chat_id}/rename", data={"title": ""})
-    chat = await client.web.chats.get(chat_id)
+    chat = await client.web.chats.get(EVERY_CHAT, chat_id)
     assert chat is not None and chat.title == "What is a good name for a cat?"
     too_long = await client.http.post(f"/chats/{chat_id}/rename", data={"title": "x" * 201})
     assert too_long.status_code == 400
@@ -179,12 +180,12 @@ async def test_delete_needs_a_confirm_step_and_removes_everything(web_client_fac
     confirm_page = parse_html(confirm.text)
     post_form = form_of(buttons(confirm_page, "Delete chat")[0])
     assert post_form.attrs["method"] == "post"
-    assert await client.web.chats.get(chat_id) is not None  # looking changed nothing
+    assert await client.web.chats.get(EVERY_CHAT, chat_id) is not None  # looking changed nothing
     # ... whose POST deletes.
     response = await client.http.post(post_form.attrs["action"] or "")
     assert response.status_code == 303
     assert response.headers["location"] == "/"
-    assert await client.web.chats.get(chat_id) is None
+    assert await client.web.chats.get(EVERY_CHAT, chat_id) is None
     assert await client.web.session.segments(chat_id) == []
     assert (await client.http.get(f"/chats/{chat_id}")).status_code == 404
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from webhelpers import MakeClient
 
+from webapp.chats.users import EVERY_CHAT
 from webapp.models import ScriptedModel
 from webapp.stores.checkpoint import RunHead
 from webapp.stores.sqlite_checkpoint import SQLiteCheckpointer
@@ -43,7 +44,7 @@ async def test_send_and_delete_at_once_leave_nothing_of_the_chat(
         )
         statuses.add((sent.status_code, deleted.status_code))
         assert deleted.status_code == 303
-        assert await client.web.chats.get(chat_id) is None
+        assert await client.web.chats.get(EVERY_CHAT, chat_id) is None
     await asyncio.sleep(0.5)  # any run that escaped the delete would write by now
     for table in ("chats", "sends", "session_segments", "checkpoint_heads", "checkpoint_entries"):
         assert count_rows(client.db, table) == 0, table
@@ -85,7 +86,7 @@ async def test_the_first_message_posted_twice_makes_one_chat_and_one_run(
     assert len(locations) == 1  # the retries land on the chat the first one made
     chat_id = locations.pop().rsplit("/", 1)[1]
     await client.wait_idle(chat_id)
-    assert len(await client.web.chats.recent()) == 1
+    assert len(await client.web.chats.recent(EVERY_CHAT)) == 1
     assert count_rows(client.db, "sends") == 1
     segments = await client.web.session.segments(chat_id)
     assert [s.entries for s in segments] == [[UserEntry("hello"), AssistantEntry("only once")]]

@@ -8,6 +8,8 @@ from pathlib import Path
 import httpx
 from webhelpers import MakeClient, buttons, eventually, parse_html, replies
 
+from webapp.chats.store import ChatStore, NewRun
+from webapp.chats.users import EVERY_CHAT
 from webapp.models import ScriptedModel
 from webapp.stores.checkpoint import RunHead
 from webapp.stores.sqlite_checkpoint import SQLiteCheckpointer
@@ -20,7 +22,6 @@ from webapp.transcript import (
     UserEntry,
 )
 from webapp.web import create_app
-from webapp.chats.store import ChatStore, NewRun
 
 RUN = "0f" * 16
 
@@ -41,8 +42,8 @@ async def leave_behind(
     chats = ChatStore(db)
     cp = SQLiteCheckpointer(db, wal=True)
     try:
-        chat = await chats.create("crashed chat")
-        await chats.begin_run(chat.id, NewRun(RUN, input=input, model=model))
+        chat = await chats.create(EVERY_CHAT, "crashed chat")
+        await chats.begin_run(chat.id, NewRun(RUN, input=input, model=model, owner=EVERY_CHAT))
         if stop_requested:
             await chats.request_stop(chat.id, RUN)
         if checkpoint:
@@ -236,7 +237,7 @@ async def test_shutdown_mid_run_resumes_on_the_next_start(tmp_path: Path):
         web = second.state.web
 
         async def idle() -> bool:
-            chat = await web.chats.get(chat_id)
+            chat = await web.chats.get(EVERY_CHAT, chat_id)
             return chat is not None and chat.active_run_id is None
 
         await eventually(idle, 10, "the resumed run to finish")

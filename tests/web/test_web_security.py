@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from webhelpers import MakeClient, parse_html, replies
 
+from webapp.chats.users import EVERY_CHAT
 from webapp.models import ScriptedModel
 from webapp.web import create_app
 from webapp.web.markdown import render_markdown
@@ -122,7 +123,7 @@ async def test_cross_origin_posts_are_403(web_client_factory: MakeClient):
     for path in (f"/chats/{chat_id}/delete", "/chats", f"/chats/{chat_id}/rename"):
         response = await client.http.post(path, headers={"Origin": "http://evil.test"})
         assert response.status_code == 403, path
-    assert await client.web.chats.get(chat_id) is not None
+    assert await client.web.chats.get(EVERY_CHAT, chat_id) is not None
     assert await client.web.session.segments(chat_id) == []
     same = await client.http.post(url, data={"text": "hi"}, headers={"Origin": "http://testserver"})
     assert same.status_code == 303
@@ -160,7 +161,7 @@ async def test_other_host_names_are_refused_when_hosts_are_pinned(web_client_fac
     rebound = {"Host": "evil.example:8000", "Origin": "http://evil.example:8000"}
     assert (await client.http.get("/", headers={"Host": "evil.example"})).status_code == 400
     assert (await client.http.post("/chats", headers=rebound)).status_code == 400
-    assert await client.web.chats.recent() == []
+    assert await client.web.chats.recent(EVERY_CHAT) == []
 
 
 async def test_streamed_text_is_escaped_before_the_final_markdown(web_client_factory: MakeClient):

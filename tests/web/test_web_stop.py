@@ -14,6 +14,7 @@ from webhelpers import (
     reply_text,
 )
 
+from webapp.chats.users import EVERY_CHAT
 from webapp.models import ScriptedModel
 from webapp.runtime.agent import Agent
 from webapp.runtime.tool import tool
@@ -41,7 +42,7 @@ async def test_stop_keeps_the_partial_text_under_the_run_id(web_client_factory: 
     response = await client.http.post(f"/chats/{chat_id}/runs/{run_id}/stop")
     assert response.status_code == 303
     # The answer came after the stop was complete: nothing is owed any more.
-    chat = await client.web.chats.get(chat_id)
+    chat = await client.web.chats.get(EVERY_CHAT, chat_id)
     assert chat is not None and chat.active_run_id is None and chat.stop_requested_run_id is None
     assert await client.web.checkpointer.load(run_id) is None
     segments = await client.web.session.segments(chat_id)

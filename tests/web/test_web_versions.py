@@ -19,11 +19,12 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 from webhelpers import HX, MakeClient, Node, buttons, form_of, messages, parse_html, replies, serve
 
+from webapp.chats.store import ChatStore
+from webapp.chats.users import EVERY_CHAT
 from webapp.models import OfflineModel, ScriptedModel
 from webapp.models.openai_chat import OpenAIChatModel
 from webapp.stores.sqlite_session import SQLiteSession
 from webapp.transcript import AssistantEntry, Entry, UserEntry
-from webapp.chats.store import ChatStore
 
 ON_BOTH_DATABASES = True  # every test here that builds the app runs on SQLite and PostgreSQL
 
@@ -229,7 +230,7 @@ async def test_branch_copies_the_shown_path_into_a_new_chat(web_client_factory: 
     assert response.status_code == 303
     branch_id = response.headers["location"].rsplit("/", 1)[1]
     assert branch_id != chat_id
-    branch = await client.web.chats.get(branch_id)
+    branch = await client.web.chats.get(EVERY_CHAT, branch_id)
     assert branch is not None and branch.title == "one (branch)"
     assert await texts(client, branch_id) == [
         ("user", "one"), ("assistant", "r1"), ("user", "two"), ("assistant", "r2"),
@@ -297,7 +298,7 @@ async def test_chats_stored_before_versions_get_a_tree(
     # A database written before versions: chats and segments, no tree rows.
     db = tmp_path / "chat.db"
     store = ChatStore(db)
-    chat = await store.create("old chat")
+    chat = await store.create(EVERY_CHAT, "old chat")
     await store.close()
     async with SQLiteSession(db, wal=True) as session:
         await session.append(
@@ -329,7 +330,7 @@ async def test_branch_titles_stay_within_the_title_limit(web_client_factory: Mak
         response = await client.http.post(f"/chats/{chat_id}/runs/{run_id}/branch")
         assert response.status_code == 303
         chat_id = response.headers["location"].rsplit("/", 1)[1]
-        chat = await client.web.chats.get(chat_id)
+        chat = await client.web.chats.get(EVERY_CHAT, chat_id)
         assert chat is not None
         titles.append(chat.title)
     assert all(190 < len(t) <= 200 for t in titles)

@@ -22,6 +22,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from webapp.chats.store import ChatStore
+from webapp.chats.users import EVERY_CHAT
 from webapp.stores.sqlite_session import SQLiteSession
 from webapp.transcript import AssistantEntry, UserEntry
 from webapp.web.app_state import WebApp
@@ -254,7 +255,7 @@ class WebClient:
         return parse_html(response.text)
 
     async def active_run(self, chat_id: str) -> str | None:
-        chat = await self.web.chats.get(chat_id)
+        chat = await self.web.chats.get(EVERY_CHAT, chat_id)
         assert chat is not None
         return chat.active_run_id
 
@@ -315,6 +316,11 @@ CLI_SETTINGS = (
     "WEBAPP_ALLOWED_HOSTS",
     "WEBAPP_LOG_LEVEL",
     "WEBAPP_CONFIG",
+    "WEBAPP_AUTH",
+    "WEBAPP_AUTH_HEADER",
+    "WEBAPP_TRUSTED_PROXIES",
+    "WEBAPP_MAX_RUNS_PER_USER",
+    "WEBAPP_MAX_TOKENS_PER_DAY",
 )
 
 
@@ -383,7 +389,7 @@ async def write_long_chat(db: Path, title: str, runs: int) -> str:
     """A chat of ``runs`` runs ("question N" / "answer N", run ids run000, run001 ...)
     written straight into the SQLite file before any server opens it; returns its id."""
     store = ChatStore(db)
-    chat = await store.create(title)
+    chat = await store.create(EVERY_CHAT, title)
     await store.close()
     async with SQLiteSession(db, wal=True) as session:
         for n in range(runs):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from markupsafe import Markup, escape
 
 from webapp.chats.db import Tx
+from webapp.chats.users import Owner
 
 # Snippet markers, turned into <mark> after escaping. Private-use characters, which
 # a message may hold too: the index takes them out of every text it holds (`_plain`).
@@ -192,25 +193,27 @@ def fts_query(text: str) -> str | None:
     return " ".join(quoted)
 
 
-async def search(tx: Tx, text: str) -> list[SearchHit]:
-    """Chats whose title or any message (any version) matches, most recently active first."""
+async def search(tx: Tx, text: str, owner: Owner) -> list[SearchHit]:
+    """``owner``'s chats whose title or any message (any version) matches, most recently
+    active first."""
     query = fts_query(text)
     if query is None:
         return []
+    mine = "" if owner.user_id is None else "WHERE c.user_id = ?3"
     # One pass over the matches finds the chats, newest first, each with its latest
     # matching document; only those few documents pay for an excerpt.
     chats = list(
         await tx.fetch(
-            """
+            f"""
             SELECT c.id, c.title, c.updated_at, found.doc FROM chats c JOIN (
                 SELECT d.chat_id, MAX(d.id) AS doc FROM search_docs d
                 JOIN (SELECT rowid FROM chat_search WHERE chat_search MATCH ?1) m
                     ON m.rowid = d.id
                 GROUP BY d.chat_id
-            ) found ON found.chat_id = c.id
+            ) found ON found.chat_id = c.id {mine}
             ORDER BY c.updated_at DESC, c.id LIMIT ?2
             """,
-            (query, MAX_RESULTS),
+            (query, MAX_RESULTS, *([owner.user_id] if owner.user_id is not None else [])),
         )
     )
     if not chats:

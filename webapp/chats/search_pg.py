@@ -43,6 +43,7 @@ from webapp.chats.search import (
     _excerpt,
     query_words,
 )
+from webapp.chats.users import Owner
 
 _MAX_LEXEME = 2047  # bytes: PostgreSQL indexes no longer word, so none can match
 # ASCII punctuation: FTS5 splits words there, PostgreSQL's parser not always (hosts,
@@ -192,11 +193,13 @@ FROM (
     SELECT c.id, c.title, c.updated_at, found.doc FROM chats c JOIN (
         SELECT d.chat_id, MAX(d.id) AS doc FROM search_docs d, q
         WHERE d.words @@ q.q GROUP BY d.chat_id
-    ) found ON found.chat_id = c.id
+    ) found ON found.chat_id = c.id{{owned}}
     ORDER BY c.updated_at DESC, c.id LIMIT ?
 ) top JOIN search_docs d ON d.id = top.doc CROSS JOIN q
 ORDER BY top.updated_at DESC, top.id
 """
+_SEARCH_ALL = _SEARCH.replace("{owned}", "")  # no accounts: every chat
+_SEARCH_OWNED = _SEARCH.replace("{owned}", " WHERE c.user_id = ?")
 
 
 def ts_query(text: str) -> str | None:
@@ -212,12 +215,16 @@ def ts_query(text: str) -> str | None:
     return " & ".join(quoted)
 
 
-async def search(tx: Tx, text: str) -> list[SearchHit]:
-    """Chats whose title or any message (any version) matches, most recently active first."""
+async def search(tx: Tx, text: str, owner: Owner) -> list[SearchHit]:
+    """``owner``'s chats whose title or any message (any version) matches, most recently
+    active first."""
     query = ts_query(text)
     if query is None:
         return []
-    rows = await tx.fetch(_SEARCH, (query, MAX_RESULTS))
+    if owner.user_id is None:
+        rows = await tx.fetch(_SEARCH_ALL, (query, MAX_RESULTS))
+    else:
+        rows = await tx.fetch(_SEARCH_OWNED, (query, owner.user_id, MAX_RESULTS))
     return [
         SearchHit(str(chat), str(title), float(at), _excerpt(_CLOSE_UP.sub(r"\1", headline)))
         for chat, title, at, headline in rows

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from webapp.stores.postgres_session import LOCK_SQL
-from webapp.stores.codec import StoredSegment
 from webapp.chats.db import Tx, numbered
+from webapp.stores.codec import StoredSegment
+from webapp.stores.postgres_session import LOCK_SQL
 
 # Positional twin of each store's own append: the new row's position comes from
 # the current last row; re-appending a stored run_id does nothing.

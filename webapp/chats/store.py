@@ -23,24 +23,42 @@ import os
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Self
 
-from webapp.stores.session import Segment
-from webapp.stores.codec import StoredSegment
-from webapp.transcript import Entry
-from webapp.chats import file_format
+from webapp.chats import limits as chat_limits
 from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
 from webapp.chats import settings as chat_settings
-from webapp.chats import tree as chat_tree
 from webapp.chats import tool_approvals
+from webapp.chats import tree as chat_tree
+from webapp.chats import users as chat_users
 from webapp.chats.db import CLUSTER_TABLES, POSTGRES_STORES, SQLITE_STORES, Tx, open_chat_db
-from webapp.chats.file_format import ChatFile
+from webapp.chats.library import CHAT_COLUMNS as _COLUMNS
+from webapp.chats.library import CHECKPOINT_TABLES as _CHECKPOINT_TABLES
+from webapp.chats.library import Chat, ChatLibrary, owns
+from webapp.chats.library import chat_from_row as _chat
+from webapp.chats.library import delete_checkpoints as _delete_checkpoints
+from webapp.chats.limits import Limits
 from webapp.chats.pages import Page, read_page
-from webapp.chats.search import SearchHit
-from webapp.chats.tree import Tree
 from webapp.chats.session_rows import append_segments, cut_segments, shown_segment, stored_segments
+from webapp.chats.tree import Tree
+from webapp.chats.users import EVERY_CHAT, Owner, ThrottlePolicy, Users
+from webapp.stores.codec import StoredSegment
+from webapp.stores.session import Segment
+from webapp.transcript import Entry
+
+__all__ = [
+    "EVERY_CHAT",
+    "AlreadySentError",
+    "Begun",
+    "Chat",
+    "ChatBusyError",
+    "ChatStore",
+    "NewRun",
+    "Owner",
+    "Page",
+]
 
 _RUN_INPUTS = """
 CREATE TABLE IF NOT EXISTS run_inputs (
@@ -74,15 +92,7 @@ CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);
     + _RUN_INPUTS
 )
 
-# What a run in flight resumes from, dropped with it: its checkpoint, the input it
-# was started with (`begin_run` writes it with the run, before the run's first
-# checkpoint can exist), and whether it waits for a tool approval.
-_CHECKPOINT_TABLES = ("checkpoint_heads", "checkpoint_entries", "run_inputs", "paused_runs")
-
 _SETTINGS = chat_settings.SCHEMA + chat_settings.RUN_SCHEMA
-_COLUMNS = (
-    "id, title, created_at, updated_at, active_run_id, stop_requested_run_id, continues_run_id"
-)
 
 
 class ChatBusyError(RuntimeError):
@@ -132,38 +142,27 @@ class NewRun:
     rename: str | None = None  # a new title regardless (the first message was edited)
     input: str | None = None  # the user's text it starts from, kept while it is in flight
     model: str | None = None  # the endpoint/model it runs with (a continuation: unused)
+    owner: Owner = field(kw_only=True)  # whose chat it must be, and whose limits it counts in
 
 
-@dataclass(frozen=True)
-class Chat:
-    id: str
-    title: str
-    created_at: float
-    updated_at: float
-    active_run_id: str | None = None
-    stop_requested_run_id: str | None = None
-    continues_run_id: str | None = None  # the reply the active run continues
-
-    @property
-    def display_title(self) -> str:
-        return self.title or "New chat"
-
-
-def _chat(row: Any) -> Chat:
-    return Chat(str(row[0]), str(row[1]), float(row[2]), float(row[3]), row[4], row[5], row[6])
-
-
-class ChatStore:
+class ChatStore(ChatLibrary):
     """The chat tables, in the app's SQLite file or its PostgreSQL database.
 
     ``location`` is the SQLite file (WAL: it is shared with the session and
     checkpoint stores) or a ``postgresql://`` URL. Either way the session's and
     the checkpoints' tables are in the same database, and the transactions here
-    span them (the search index's triggers watch them too).
+    span them (the search index's triggers watch them too). ``users``: the
+    people tables of the same database (failed sign-ins slowed by ``throttle``);
+    ``limits``: what `begin_run` admits.
+
+    A method a person's request reaches takes the `Owner` it acts for (the
+    library half, `ChatLibrary`, and the versions here) and finds nothing of
+    anyone else's. The bookkeeping of runs in flight (`end_run`, `request_stop`
+    ...) does not: it acts on runs an owned `begin_run` recorded.
     """
 
     SCHEMA_NAME = "webapp_chats"
-    SCHEMA_VERSION = 10
+    SCHEMA_VERSION = 11
     SCHEMA_SQL = (
         SQLITE_STORES
         + _SCHEMA
@@ -171,6 +170,7 @@ class ChatStore:
         + chat_search.SCHEMA
         + _SETTINGS
         + tool_approvals.SCHEMA
+        + chat_users.SQLITE_SCHEMA
     )
     MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: "CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);",
@@ -187,15 +187,18 @@ class ChatStore:
         7: chat_settings.SCHEMA,  # a chat's own model, instructions and parameters
         8: chat_settings.RUN_SCHEMA,  # each run's model and usage
         9: tool_approvals.SCHEMA,  # tools that ask first: decisions, grants, waiting runs
+        # People: every chat gets an owner; accounts, sessions, failed sign-ins.
+        10: chat_users.SQLITE_SCHEMA,
     }
     # PostgreSQL started with everything above but run_inputs (its own numbering).
-    POSTGRES_SCHEMA_VERSION = 6
+    POSTGRES_SCHEMA_VERSION = 7
     POSTGRES_MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: _RUN_INPUTS,
         2: chat_search_pg.SCHEMA + chat_search_pg.REBUILD,  # no text holds the markers
         3: chat_settings.POSTGRES_SCHEMA,
         4: chat_settings.POSTGRES_RUN_SCHEMA,
         5: tool_approvals.POSTGRES_SCHEMA,
+        6: chat_users.POSTGRES_SCHEMA,
     }
     POSTGRES_SCHEMA_SQL = (
         POSTGRES_STORES
@@ -206,9 +209,16 @@ class ChatStore:
         + chat_settings.POSTGRES_SCHEMA
         + chat_settings.POSTGRES_RUN_SCHEMA
         + tool_approvals.POSTGRES_SCHEMA
+        + chat_users.POSTGRES_SCHEMA
     )
 
-    def __init__(self, location: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        location: str | os.PathLike[str],
+        *,
+        limits: Limits | None = None,
+        throttle: ThrottlePolicy | None = None,
+    ) -> None:
         self._store = open_chat_db(
             location,
             sqlite_schema=(self.SCHEMA_NAME, self.SCHEMA_VERSION, self.SCHEMA_SQL, self.MIGRATIONS),
@@ -222,6 +232,8 @@ class ChatStore:
         self.dialect = self._store.dialect
         self.settings = chat_settings.SettingsStore(self._store)
         self.approvals = tool_approvals.ToolApprovals(self._store)
+        self.users = Users(self._store, throttle)
+        self.limits = limits or Limits()
 
     async def close(self) -> None:
         await self._store.close()
@@ -232,60 +244,12 @@ class ChatStore:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def create(self, title: str = "") -> Chat:
-        now = time.time()
-        chat = Chat(uuid.uuid4().hex, title, now, now)
-
-        async def insert(tx: Tx) -> None:
-            await tx.execute(
-                "INSERT INTO chats (id, title, created_at, updated_at) VALUES (?, ?, ?, ?)",
-                (chat.id, chat.title, chat.created_at, chat.updated_at),
-            )
-
-        await self._store.write(insert)
-        return chat
-
-    async def get(self, chat_id: str) -> Chat | None:
-        async def select(tx: Tx) -> Chat | None:
-            rows = list(await tx.fetch(f"SELECT {_COLUMNS} FROM chats WHERE id = ?", (chat_id,)))
-            return _chat(rows[0]) if rows else None
-
-        return await self._store.read(select)
-
-    async def recent(self, limit: int = 200) -> list[Chat]:
-        """Most recently updated first."""
-
-        async def select(tx: Tx) -> list[Chat]:
-            rows = await tx.fetch(
-                f"SELECT {_COLUMNS} FROM chats ORDER BY updated_at DESC, id LIMIT ?", (limit,)
-            )
-            return [_chat(r) for r in rows]
-
-        return await self._store.read(select)
-
     async def with_active_run(self) -> list[Chat]:
         async def select(tx: Tx) -> list[Chat]:
             rows = await tx.fetch(f"SELECT {_COLUMNS} FROM chats WHERE active_run_id IS NOT NULL")
             return [_chat(r) for r in rows]
 
         return await self._store.read(select)
-
-    async def rename(self, chat_id: str, title: str) -> bool:
-        return await self._update(chat_id, "title = ?, updated_at = ?", (title, time.time()))
-
-    async def delete(self, chat_id: str, run_ids: list[str]) -> bool:
-        """Delete the chat, its sends, its session and the checkpoints of ``run_ids``,
-        in one transaction."""
-
-        async def remove(tx: Tx) -> bool:
-            await tx.execute("DELETE FROM session_segments WHERE session_id = ?", (chat_id,))
-            await _delete_checkpoints(tx, run_ids)
-            await tx.execute("DELETE FROM chat_runs WHERE chat_id = ?", (chat_id,))
-            await tx.execute("DELETE FROM sends WHERE chat_id = ?", (chat_id,))
-            await tool_approvals.forget_chat(tx, chat_id)
-            return await tx.execute("DELETE FROM chats WHERE id = ?", (chat_id,)) > 0
-
-        return await self._store.write(remove)
 
     async def sweep(self) -> int:
         """Delete segments of chats that no longer exist and checkpoints no chat owes;
@@ -307,35 +271,6 @@ class ChatStore:
 
         return await self._store.write(remove)
 
-    async def export(self, chat_id: str) -> ChatFile | None:
-        return await self._store.read(lambda tx: file_format.read_chat(tx, chat_id))
-
-    async def import_chat(self, chat: ChatFile) -> str:
-        """A validated chat file as a new chat, in one transaction; returns its id."""
-        return await self._store.write(lambda tx: file_format.store_import(tx, chat))
-
-    async def search(self, text: str) -> list[SearchHit]:
-        return await self._store.read(
-            lambda tx: (chat_search_pg if self.dialect == "postgresql" else chat_search).search(
-                tx, text
-            )
-        )
-
-    async def find_send(self, client_id: str) -> tuple[str, str] | None:
-        """(chat_id, run_id) of the run a client message id started, in any chat."""
-
-        async def select(tx: Tx) -> tuple[str, str] | None:
-            rows = list(
-                await tx.fetch(
-                    "SELECT chat_id, run_id FROM sends WHERE client_id = ? "
-                    "ORDER BY created_at LIMIT 1",
-                    (client_id,),
-                )
-            )
-            return (str(rows[0][0]), str(rows[0][1])) if rows else None
-
-        return await self._store.read(select)
-
     async def begin_run(
         self,
         chat_id: str,
@@ -346,8 +281,9 @@ class ChatStore:
         """Record the run in flight in one transaction: its place in the tree (with the
         versions it replaces archived and their checkpoints gone), the client id that
         asked, and the chat's active run. Raises `AlreadySentError` when the client id
-        started a run before, and `ChatBusyError` when the chat already has an active
-        run or does not exist (writing nothing either way): the database decides.
+        started a run before, `ChatBusyError` when the chat already has an active run
+        or is not ``new.owner``'s, and `LimitReached` when the owner may not start
+        another run now (writing nothing in any case): the database decides.
 
         Returns the chat's row as the transaction left it and, with ``page``, its latest
         page of that many runs, with the new run's node (`page`'s ``also``): what the
@@ -355,6 +291,9 @@ class ChatStore:
         now = time.time()
 
         async def begin(tx: Tx) -> Begun:
+            if not await owns(tx, new.owner, chat_id):
+                raise ChatBusyError(chat_id)  # someone else's chat: as if there were none
+            await chat_limits.admit(tx, self.limits, new.owner, chat_id, now)
             if new.client_id is not None and not await tx.execute(
                 "INSERT INTO sends (chat_id, client_id, run_id, created_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (chat_id, client_id) DO NOTHING",
@@ -403,20 +342,35 @@ class ChatStore:
 
         return await self._store.write(begin)
 
+    async def admits(self, owner: Owner) -> None:
+        """Raise `LimitReached` if ``owner`` may not start a run now (a look: no write)."""
+        if not self.limits.any:
+            return
+        now = time.time()
+        await self._store.read(lambda tx: chat_limits.admit(tx, self.limits, owner, "", now))
+
     async def page(
-        self, chat_id: str, *, before: str | None, limit: int, also: list[str]
+        self, owner: Owner, chat_id: str, *, before: str | None, limit: int, also: list[str]
     ) -> Page | None:
         """The shown path's last ``limit`` runs before run ``before`` (the end for None),
         and the part of the tree they (and the runs ``also``) need; None when ``before``
         is not on the path. Reads one page, however long the chat."""
-        return await self._store.read(lambda tx: read_page(tx, chat_id, before, limit, also))
 
-    async def shown_run(self, chat_id: str, run_id: str) -> ShownRun | None:
+        async def read(tx: Tx) -> Page | None:
+            if not await owns(tx, owner, chat_id):
+                return None
+            return await read_page(tx, chat_id, before, limit, also)
+
+        return await self._store.read(read)
+
+    async def shown_run(self, owner: Owner, chat_id: str, run_id: str) -> ShownRun | None:
         """Run ``run_id`` if it is on the shown path (None if not): a few indexed reads,
         however long the chat, so a lookup of an unknown id costs as little as a known."""
 
         async def select(tx: Tx) -> ShownRun | None:
-            found = await shown_segment(tx, chat_id, run_id)
+            found = (
+                await shown_segment(tx, chat_id, run_id) if await owns(tx, owner, chat_id) else None
+            )
             if found is None:
                 return None
             tree = await chat_tree.load_around(tx, chat_id, [run_id])
@@ -425,18 +379,26 @@ class ChatStore:
         return await self._store.read(select)
 
     async def tree_around(self, chat_id: str, run_ids: list[str]) -> Tree:
-        """The runs ``run_ids`` and those beside them: enough for their switchers."""
+        """The runs ``run_ids`` and those beside them: enough for their switchers (for a
+        run the server just recorded)."""
         return await self._store.read(lambda tx: chat_tree.load_around(tx, chat_id, run_ids))
 
-    async def tree(self, chat_id: str) -> Tree:
-        return await self._store.read(lambda tx: chat_tree.load_tree(tx, chat_id))
+    async def tree(self, owner: Owner, chat_id: str) -> Tree:
+        async def read(tx: Tx) -> Tree:
+            owned = await owns(tx, owner, chat_id)
+            return await chat_tree.load_tree(tx, chat_id) if owned else Tree([])
 
-    async def switch(self, chat_id: str, run_id: str) -> None:
+        return await self._store.read(read)
+
+    async def switch(self, owner: Owner, chat_id: str, run_id: str) -> bool:
         """Show version ``run_id``: the path from its parent on is replaced by its own
-        (with the versions below it as they were last selected). No model is called."""
+        (with the versions below it as they were last selected). No model is called.
+        False: not ``owner``'s chat, or no such version in it (nothing changed)."""
 
-        async def move(tx: Tx) -> None:
+        async def move(tx: Tx) -> bool:
             tree = await chat_tree.load_tree(tx, chat_id)
+            if run_id not in tree.nodes or not await owns(tx, owner, chat_id):
+                return False
             parent = tree.nodes[run_id].parent_run_id
             shown = tree.chosen(parent)
             if shown is not None:
@@ -445,19 +407,24 @@ class ChatStore:
             tree = await chat_tree.load_tree(tx, chat_id)
             await chat_tree.restore(tx, chat_id, [n.run_id for n in tree.path(parent)])
             await tx.execute("UPDATE chats SET updated_at = ? WHERE id = ?", (time.time(), chat_id))
+            return True
 
-        await self._store.write(move)
+        return await self._store.write(move)
 
-    async def branch(self, chat_id: str, upto_run_id: str, title: str) -> Chat:
-        """A new chat holding the shown path up to and including ``upto_run_id``
-        (fresh run ids; no other versions)."""
+    async def branch(self, owner: Owner, chat_id: str, upto_run_id: str, title: str) -> Chat | None:
+        """A new chat of ``owner`` holding the shown path up to and including
+        ``upto_run_id`` (fresh run ids; no other versions); None if ``chat_id`` is not
+        the owner's."""
         now = time.time()
         chat = Chat(uuid.uuid4().hex, title, now, now)
 
-        async def copy(tx: Tx) -> None:
+        async def copy(tx: Tx) -> Chat | None:
+            if not await owns(tx, owner, chat_id):
+                return None
             await tx.execute(
-                "INSERT INTO chats (id, title, created_at, updated_at) VALUES (?, ?, ?, ?)",
-                (chat.id, chat.title, chat.created_at, chat.updated_at),
+                "INSERT INTO chats (id, title, created_at, updated_at, user_id) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (chat.id, chat.title, chat.created_at, chat.updated_at, owner.user_id),
             )
             segments: list[StoredSegment] = []
             for segment in await stored_segments(tx, chat_id):
@@ -475,9 +442,9 @@ class ChatStore:
                 await append_segments(tx, chat.id, [moved])
                 parent = run_id
             await chat_settings.copy_chat(tx, chat_id, chat.id)
+            return chat
 
-        await self._store.write(copy)
-        return chat
+        return await self._store.write(copy)
 
     async def end_continuation(
         self,
@@ -561,6 +528,3 @@ class ChatStore:
         return await self._store.write(update)
 
 
-async def _delete_checkpoints(tx: Tx, run_ids: list[str]) -> None:
-    for table in _CHECKPOINT_TABLES:
-        await tx.executemany(f"DELETE FROM {table} WHERE run_id = ?", [(r,) for r in run_ids])

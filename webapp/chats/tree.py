@@ -27,15 +27,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from webapp.stores.codec import StoredSegment
-from webapp.transcript import AssistantEntry, Entry
-from webapp.usage import Usage
 from webapp.chats.db import Tx
 from webapp.chats.session_rows import (
     append_segments,
     cut_segments,
     stored_segments,
 )
+from webapp.stores.codec import StoredSegment
+from webapp.transcript import AssistantEntry, Entry
+from webapp.usage import Usage
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chat_runs (

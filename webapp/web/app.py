@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import uuid
@@ -22,12 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.authentication import AuthenticationBackend, AuthenticationError
 from starlette.exceptions import HTTPException
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import HTTPConnection
+from starlette.responses import HTMLResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from webapp.chats.db import is_postgres
+from webapp.chats.limits import Limits
 from webapp.chats.store import ChatStore
+from webapp.chats.users import ThrottlePolicy
 from webapp.config import AppConfig
 from webapp.mcp_servers import McpServers
 from webapp.models.endpoints import ModelRegistry
@@ -44,15 +52,23 @@ from webapp.tools import calculator, current_time
 from webapp.web.agents import ChatAgents
 from webapp.web.app_state import WebApp
 from webapp.web.assets import STATIC_DIR, TEMPLATES_DIR
+from webapp.web.auth import (
+    AuthSettings,
+    NoAccounts,
+    SessionCookie,
+    TrustedHeader,
+    TrustedHeaderGate,
+)
 from webapp.web.chat_models import ChatModels
 from webapp.web.chat_service import ChatService
 from webapp.web.fragments import Fragments
+from webapp.web.gate import Gate
 from webapp.web.live.cluster import Cluster
 from webapp.web.live.lease_keeper import LeaseKeeper
 from webapp.web.live.runs import RunManager
 from webapp.web.security import SecurityMiddleware
 from webapp.web.templating import Templates, by_name
-from webapp.web.views import chat_files, chats, messages, search, stream, tools
+from webapp.web.views import accounts, admin, chat_files, chats, messages, search, stream, tools
 from webapp.web.views import models as model_views
 from webapp.web.views.responses import ERROR_TITLES, http_exception
 
@@ -76,7 +92,9 @@ def default_agent(model: Model | None) -> Agent:
     )
 
 
-def routes(static_dir: str | os.PathLike[str] = STATIC_DIR) -> list[Route | Mount]:
+def routes(
+    static_dir: str | os.PathLike[str] = STATIC_DIR, auth: AuthSettings | None = None
+) -> list[Route | Mount]:
     return [
         Route("/", chats.home, methods=["GET"], name="home"),
         Route("/chats", chats.new_chat, methods=["POST"], name="new_chat"),
@@ -150,7 +168,30 @@ def routes(static_dir: str | os.PathLike[str] = STATIC_DIR) -> list[Route | Moun
             methods=["POST"],
             name="refresh_models",
         ),
+        *account_routes(auth or AuthSettings()),
         Mount("/static", StaticFiles(directory=static_dir), name="static"),
+    ]
+
+
+def account_routes(auth: AuthSettings) -> list[Route]:
+    """Signing in and out (password mode), and the administrators' page of users (any
+    mode with accounts), SPEC §13. Without accounts there are none of these."""
+    if not auth.accounts:
+        return []
+    by_user = "/admin/users/{user_id}"
+    sign_in = [
+        Route("/login", accounts.login_page, methods=["GET"], name="login"),
+        Route("/login", accounts.login, methods=["POST"], name="sign_in"),
+        Route("/logout", accounts.logout, methods=["POST"], name="logout"),
+    ]
+    return [
+        *(sign_in if auth.mode == "password" else []),
+        Route("/admin/users", admin.users_page, methods=["GET"], name="admin_users"),
+        Route("/admin/users", admin.add_user, methods=["POST"], name="add_user"),
+        Route(f"{by_user}/disable", admin.disable_user, methods=["POST"], name="disable_user"),
+        Route(f"{by_user}/enable", admin.enable_user, methods=["POST"], name="enable_user"),
+        Route(f"{by_user}/password", admin.reset_password, methods=["POST"], name="reset_password"),
+        Route(f"{by_user}/sign-out", admin.sign_out_user, methods=["POST"], name="sign_out_user"),
     ]
 
 
@@ -166,6 +207,9 @@ def create_app(
     redact: Sequence[str] = (),
     max_turns: int = 20,
     allowed_hosts: Sequence[str] | None = None,
+    auth: AuthSettings | None = None,
+    limits: Limits | None = None,
+    throttle: ThrottlePolicy | None = None,
     templates_dir: str | os.PathLike[str] = TEMPLATES_DIR,
     static_dir: str | os.PathLike[str] = STATIC_DIR,
     config: AppConfig | None = None,
@@ -178,6 +222,12 @@ def create_app(
     ``model``) defaults to an assistant with the calculator and current_time tools; each
     chat's runs get it with the chat's own model and instructions.
     ``token``: when set, every request needs it (see `webapp.web.security`).
+    ``auth``: how people sign in (`webapp.web.auth`); by default the token's mode
+    when ``token`` is set, else none. With ``trusted_proxies`` the app reads
+    ``X-Forwarded-For``/``-Proto`` itself (uvicorn's ProxyHeadersMiddleware, inside
+    the header check): serve it with uvicorn's own ``proxy_headers=False``.
+    ``limits``: per-person limits on replies (`webapp.chats.limits`); ``throttle``: how
+    failed sign-ins are slowed and refused (`webapp.chats.users.ThrottlePolicy`).
     ``redact``: secrets (an API key) never shown in an error message.
     ``allowed_hosts``: host names the Host header may carry (None: any).
     ``templates_dir`` / ``static_dir``: default to the installed templates and static
@@ -201,13 +251,20 @@ def create_app(
                 "reinstall webapp (`pip install .`, or `pip install -e .` in a checkout), "
                 f"or pass {name}_dir="
             )
-    app = Starlette(routes=routes(static_dir), exception_handlers={HTTPException: http_exception})
+    auth = auth or AuthSettings("token" if token is not None else "none")
+    if (auth.mode == "token") != (token is not None):
+        raise ValueError("an access token goes with auth mode 'token', and only with it")
+    app = Starlette(
+        routes=routes(static_dir, auth), exception_handlers={HTTPException: http_exception}
+    )
     templates = Templates(templates_dir, by_name(app.routes))
     secrets = [*redact, *models.secrets()]
+    store = ChatStore(db_path, limits=limits, throttle=throttle)
     state = _build_state(
-        db_path, agent, models, templates, max_message_chars, secrets, max_turns,
+        db_path, store, agent, models, templates, max_message_chars, secrets, max_turns,
         config or AppConfig(),
     )
+    state = dataclasses.replace(state, auth=auth)
     app.state.web = state
     app.router.lifespan_context = _lifespan(state)
 
@@ -216,14 +273,34 @@ def create_app(
             "error.html", status=status, title=ERROR_TITLES.get(status, "Error"), message=message
         )
 
+    def refused(conn: HTTPConnection, exc: AuthenticationError) -> Response:
+        return HTMLResponse(render_error(403, str(exc)), status_code=403)
+
+    # Outermost last: the header check sees the real peer, X-Forwarded-* is applied
+    # next, then the host/token/origin checks, then who is asking, then what they reach.
+    app.add_middleware(Gate, settings=auth, routes=app.routes)
+    app.add_middleware(AuthenticationMiddleware, backend=_backend(auth, state), on_error=refused)
     app.add_middleware(
         SecurityMiddleware, token=token, render_error=render_error, allowed_hosts=allowed_hosts
     )
+    if auth.trusted_proxies:
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=list(auth.trusted_proxies))
+    if auth.mode == "header":
+        app.add_middleware(TrustedHeaderGate, header=auth.header, trusted=auth.trusted_proxies)
     return app
+
+
+def _backend(auth: AuthSettings, state: WebApp) -> AuthenticationBackend:
+    if auth.mode == "password":
+        return SessionCookie(state.store.users, public=("/static/",))
+    if auth.mode == "header":
+        return TrustedHeader(state.store.users, auth.header)
+    return NoAccounts()
 
 
 def _build_state(
     db_path: str | os.PathLike[str],
+    store: ChatStore,
     agent: Agent,
     models: ModelRegistry,
     templates: Templates,
@@ -250,7 +327,6 @@ def _build_state(
     else:
         session = SQLiteSession(db_path, wal=True)
         checkpointer = SQLiteCheckpointer(db_path, wal=True)
-    store = ChatStore(db_path)
     fragments = Fragments(templates)
     chat_models = ChatModels(store=store, registry=models, agent=agent)
     servers = McpServers(config.mcp_servers) if config.mcp_servers else None

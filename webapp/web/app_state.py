@@ -7,7 +7,7 @@ patched afterwards.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
@@ -15,6 +15,7 @@ from webapp.chats.store import ChatStore
 from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.session import Session
 from webapp.web.agents import ChatAgents
+from webapp.web.auth import AuthSettings
 from webapp.web.chat_models import ChatModels
 from webapp.web.chat_service import ChatService
 from webapp.web.fragments import Fragments
@@ -37,6 +38,7 @@ class WebApp:
     max_message_chars: int
     model_description: str
     models: ChatModels  # each chat's model and instructions, and the models on offer
+    auth: AuthSettings = field(default_factory=AuthSettings)  # who may sign in, and how
 
 
 def web(request: Request) -> WebApp:

@@ -17,7 +17,11 @@ Invariants, each named for the failure it prevents:
   its checkpoints in one transaction, so a send racing a delete either lands
   first (and goes with the chat) or finds no chat;
 - a client message id starts at most one run, also for the first message
-  of a new chat (a double click or a retried POST lands on the same chat).
+  of a new chat (a double click or a retried POST lands on the same chat);
+- every operation takes the `Owner` it acts for and passes it to the chat
+  layer, whose queries filter by it: another person's chat is `ChatNotFound`,
+  exactly like a chat that does not exist (SPEC §13);
+- a send over a person's limits (`OverLimit`) writes nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Union
 
 from webapp.chats import file_format
 from webapp.chats.file_format import ChatFile, ChatFileError
+from webapp.chats.limits import LimitReached
 from webapp.chats.search import SearchHit
 from webapp.chats.settings import ChatSettings
 from webapp.chats.store import (
@@ -42,6 +47,7 @@ from webapp.chats.store import (
 )
 from webapp.chats.text import shortened_title
 from webapp.chats.tool_approvals import Decision
+from webapp.chats.users import Owner
 from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.session import Segment, Session, new_run_id
 from webapp.transcript import UserEntry
@@ -152,11 +158,21 @@ class BadChatFile:
     message: str
 
 
-SendOutcome = Union[Started, AlreadySent, Busy, ChatNotFound]
-NewChatOutcome = Union[Started, AlreadySent]
-EditOutcome = Union[Started, Busy, ChatNotFound, MessageNotFound]
-RegenerateOutcome = Union[Started, Busy, ChatNotFound, MessageNotFound, NothingToRegenerate]
-ContinueOutcome = Union[Started, Busy, ChatNotFound, RunNotFound, CannotContinue]
+@dataclass(frozen=True)
+class OverLimit:
+    """The person may not start another reply now; nothing was written."""
+
+    chat: Chat | None  # None: the first message of a chat, which was not made
+    reached: LimitReached
+
+
+SendOutcome = Union[Started, AlreadySent, Busy, ChatNotFound, OverLimit]
+NewChatOutcome = Union[Started, AlreadySent, OverLimit]
+EditOutcome = Union[Started, Busy, ChatNotFound, MessageNotFound, OverLimit]
+RegenerateOutcome = Union[
+    Started, Busy, ChatNotFound, MessageNotFound, NothingToRegenerate, OverLimit
+]
+ContinueOutcome = Union[Started, Busy, ChatNotFound, RunNotFound, CannotContinue, OverLimit]
 SwitchOutcome = Union[Switched, Busy, ChatNotFound, VersionNotFound]
 BranchOutcome = Union[Branched, Busy, ChatNotFound, RunNotFound]
 StopOutcome = Union[ShownReply, ChatNotFound, RunNotFound]
@@ -190,14 +206,21 @@ class ChatService:
 
     # --- reads -------------------------------------------------------------------------
 
-    async def get(self, chat_id: str) -> Chat | None:
-        return await self.store.get(chat_id)
+    async def get(self, owner: Owner, chat_id: str) -> Chat | None:
+        return await self.store.get(owner, chat_id)
 
-    async def recent(self, limit: int = 200) -> list[Chat]:
-        return await self.store.recent(limit)
+    async def recent(self, owner: Owner, limit: int = 200) -> list[Chat]:
+        return await self.store.recent(owner, limit)
+
+    async def follow(self, owner: Owner, chat_id: str, run_id: str) -> RunState | None:
+        """Run ``run_id`` of the owner's chat live, here or in another process."""
+        if owner.user_id is not None and await self.store.get(owner, chat_id) is None:
+            return None  # without accounts every chat is the one user's: nothing to look up
+        return await self.runs.follow(chat_id, run_id)
 
     async def conversation(
         self,
+        owner: Owner,
         chat: Chat,
         *,
         before: str | None = None,
@@ -215,7 +238,11 @@ class ChatService:
         page = read if before is None and limit == PAGE_RUNS else None
         if page is None or live is None or live.run_id not in page.tree.nodes:
             page = await self.store.page(
-                chat.id, before=before, limit=limit if limit is not None else 1 << 62, also=also
+                owner,
+                chat.id,
+                before=before,
+                limit=limit if limit is not None else 1 << 62,
+                also=also,
             )
         if page is None:
             return None
@@ -262,43 +289,62 @@ class ChatService:
 
     # --- starting runs -------------------------------------------------------------------
 
-    async def new_chat(self) -> Chat:
-        return await self.store.create()
+    async def new_chat(self, owner: Owner) -> Chat:
+        return await self.store.create(owner)
 
     async def start_chat(
-        self, text: str, client_id: str | None, settings: ChatSettings | None = None
+        self,
+        owner: Owner,
+        text: str,
+        client_id: str | None,
+        settings: ChatSettings | None = None,
     ) -> NewChatOutcome:
         """A new chat with its first message (the empty home page's composer), and with
         ``settings`` (a preset or a model chosen there) from its first run on."""
         # Two posts of one client id (to any process): the second finds the first.
         async with self._new_chat_lock, self.runs.across_processes(f"new:{client_id}"):
             if client_id is not None:
-                found = await self.store.find_send(client_id)
-                chat = await self.store.get(found[0]) if found is not None else None
+                found = await self.store.find_send(owner, client_id)
+                chat = await self.store.get(owner, found[0]) if found is not None else None
                 if chat is not None:
                     return AlreadySent(chat)
-            chat = await self.store.create()
+            try:
+                await self.store.admits(owner)  # over a limit: not even the chat is made
+            except LimitReached as reached:
+                return OverLimit(None, reached)
+            chat = await self.store.create(owner)
             if settings is not None:
                 await self.store.settings.apply(chat.id, settings)
-            async with self.runs.lock(chat.id):  # a new chat: nothing can refuse its run
-                return await self._start(chat.id, text, NewRun(new_run_id(), client_id=client_id))
+            new = NewRun(new_run_id(), client_id=client_id, owner=owner)
+            async with self.runs.lock(chat.id):  # a new chat: only a limit can refuse its run
+                try:
+                    return await self._start(chat.id, text, new)
+                except LimitReached as reached:  # another process started one meanwhile
+                    await self.store.delete(owner, chat.id, [])
+                    return OverLimit(None, reached)
 
-    async def send(self, chat_id: str, text: str, client_id: str | None) -> SendOutcome:
+    async def send(
+        self, owner: Owner, chat_id: str, text: str, client_id: str | None
+    ) -> SendOutcome:
         async with self.runs.lock(chat_id):
             await self.runs.settle(chat_id)
             # The run's record is the check: it refuses a client id sent before, a chat
-            # with a run active and a chat that is not there, writing nothing.
+            # with a run active, a chat that is not there (or not the owner's) and a
+            # send over the owner's limits, writing nothing.
+            new = NewRun(new_run_id(), client_id=client_id, owner=owner)
             try:
-                return await self._start(chat_id, text, NewRun(new_run_id(), client_id=client_id))
-            except (AlreadySentError, ChatBusyError) as refused:
-                chat = await self.store.get(chat_id)
+                return await self._start(chat_id, text, new)
+            except (AlreadySentError, ChatBusyError, LimitReached) as refused:
+                chat = await self.store.get(owner, chat_id)
                 if chat is None:
                     return ChatNotFound()
+                if isinstance(refused, LimitReached):
+                    return OverLimit(chat, refused)
                 return AlreadySent(chat) if isinstance(refused, AlreadySentError) else Busy(chat)
 
-    async def edit(self, chat_id: str, run_id: str, text: str) -> EditOutcome:
+    async def edit(self, owner: Owner, chat_id: str, run_id: str, text: str) -> EditOutcome:
         """A new version of the user message whose run is ``run_id`` (SPEC §7)."""
-        async with self._idle(chat_id) as chat:
+        async with self._idle(owner, chat_id) as chat:
             if not isinstance(chat, Chat):
                 return chat
             segments = await self.session.segments(chat_id)
@@ -313,12 +359,14 @@ class ChatService:
                 and chat.title == title_from_text(first.text)
             ):
                 rename = title_from_text(text)  # the title was made from it: follow the edit
-            new = NewRun(new_run_id(), "edit", target=run_id, rename=rename)
+            new = NewRun(new_run_id(), "edit", target=run_id, rename=rename, owner=owner)
             return await self._start_in(chat, text, new)
 
-    async def regenerate(self, chat_id: str, run_id: str | None = None) -> RegenerateOutcome:
+    async def regenerate(
+        self, owner: Owner, chat_id: str, run_id: str | None = None
+    ) -> RegenerateOutcome:
         """A new version of the reply of run ``run_id`` (the last reply when None)."""
-        async with self._idle(chat_id) as chat:
+        async with self._idle(owner, chat_id) as chat:
             if not isinstance(chat, Chat):
                 return chat
             segments = await self.session.segments(chat_id)
@@ -331,12 +379,12 @@ class ChatService:
                 return NothingToRegenerate(chat)
             first = segments[index].entries[0]
             text = first.text if isinstance(first, UserEntry) else ""
-            regenerated = NewRun(new_run_id(), "regenerate", target=run_id)
+            regenerated = NewRun(new_run_id(), "regenerate", target=run_id, owner=owner)
             return await self._start_in(chat, text, regenerated)
 
-    async def continue_reply(self, chat_id: str, run_id: str) -> ContinueOutcome:
+    async def continue_reply(self, owner: Owner, chat_id: str, run_id: str) -> ContinueOutcome:
         """Run the model again on a stopped or cut-short last reply; its text joins it."""
-        async with self._idle(chat_id) as chat:
+        async with self._idle(owner, chat_id) as chat:
             if not isinstance(chat, Chat):
                 return chat
             segments = await self.session.segments(chat_id)
@@ -345,21 +393,23 @@ class ChatService:
             replies = [i for i in items_from_segments(segments[-1:]) if isinstance(i, ReplyView)]
             if segments[-1].run_id != run_id or not replies or not replies[0].can_continue:
                 return CannotContinue(chat)
-            new = NewRun(new_run_id(), "continue", target=run_id)
+            new = NewRun(new_run_id(), "continue", target=run_id, owner=owner)
             try:
                 state, begun = await self.runs.start(
                     chat.id, new, "", continues=replies[0], page=PAGE_RUNS
                 )
             except ChatBusyError:
                 return Busy(chat)
+            except LimitReached as reached:
+                return OverLimit(chat, reached)
             return Started(begun.chat, state, begun.page)
 
     @contextlib.asynccontextmanager
-    async def _idle(self, chat_id: str) -> AsyncIterator[Chat | ChatNotFound | Busy]:
+    async def _idle(self, owner: Owner, chat_id: str) -> AsyncIterator[Chat | ChatNotFound | Busy]:
         """The chat's lock, held for the block, and the chat -- or why it cannot change
-        now: it does not exist, or a run is active in it."""
+        now: it does not exist (or is not the owner's), or a run is active in it."""
         async with self.runs.lock(chat_id):
-            chat = await self._settled(chat_id)
+            chat = await self._settled(owner, chat_id)
             if chat is None:
                 yield ChatNotFound()
             elif chat.active_run_id:
@@ -367,11 +417,11 @@ class ChatService:
             else:
                 yield chat
 
-    async def _settled(self, chat_id: str) -> Chat | None:
+    async def _settled(self, owner: Owner, chat_id: str) -> Chat | None:
         """The chat as durable state says, after finishing the bookkeeping of a run
         that ended a moment ago (chat lock held): such a run must not answer 409."""
         await self.runs.settle(chat_id)
-        return await self.store.get(chat_id)
+        return await self.store.get(owner, chat_id)
 
     async def _start(self, chat_id: str, text: str, new: NewRun) -> Started:
         """Start ``new`` from ``text`` (chat lock held); raises what `ChatStore.begin_run`
@@ -380,31 +430,33 @@ class ChatService:
         state, begun = await self.runs.start(chat_id, new, text, page=PAGE_RUNS)
         return Started(begun.chat, state, begun.page)
 
-    async def _start_in(self, chat: Chat, text: str, new: NewRun) -> Started | Busy:
+    async def _start_in(self, chat: Chat, text: str, new: NewRun) -> Started | Busy | OverLimit:
         try:
             return await self._start(chat.id, text, new)
         except ChatBusyError:  # the database says a run began first (another process)
             return Busy(chat)
+        except LimitReached as reached:
+            return OverLimit(chat, reached)
 
     # --- versions ----------------------------------------------------------------------
 
-    async def switch(self, chat_id: str, run_id: str) -> SwitchOutcome:
+    async def switch(self, owner: Owner, chat_id: str, run_id: str) -> SwitchOutcome:
         """Show version ``run_id`` of a message or reply on the shown path (no model call)."""
-        async with self._idle(chat_id) as chat:
+        async with self._idle(owner, chat_id) as chat:
             if not isinstance(chat, Chat):
                 return chat
-            tree = await self.store.tree(chat_id)
+            tree = await self.store.tree(owner, chat_id)
             node = tree.nodes.get(run_id)
             shown = {n.run_id for n in tree.path()}
             if node is None or (node.parent_run_id is not None and node.parent_run_id not in shown):
                 return VersionNotFound(chat)
             if run_id not in shown:
-                await self.store.switch(chat_id, run_id)
+                await self.store.switch(owner, chat_id, run_id)
             return Switched(chat)
 
-    async def branch(self, chat_id: str, run_id: str) -> BranchOutcome:
+    async def branch(self, owner: Owner, chat_id: str, run_id: str) -> BranchOutcome:
         """A new chat with the shown path up to and including reply ``run_id``."""
-        async with self._idle(chat_id) as chat:
+        async with self._idle(owner, chat_id) as chat:
             if not isinstance(chat, Chat):
                 return chat
             segments = await self.session.segments(chat_id)
@@ -413,14 +465,17 @@ class ChatService:
             # The original's title is cut to make room: a branch of a branch of a long
             # title stays within the limit, so it can be renamed and exported back.
             title = shortened_title(chat.display_title, " (branch)")
-            return Branched(await self.store.branch(chat_id, run_id, title))
+            branched = await self.store.branch(owner, chat_id, run_id, title)
+            return Branched(branched) if branched is not None else ChatNotFound()
 
     # --- files and search ------------------------------------------------------------------
 
-    async def export(self, chat_id: str) -> ChatFile | None:
-        return await self.store.export(chat_id)
+    async def export(self, owner: Owner, chat_id: str) -> ChatFile | None:
+        return await self.store.export(owner, chat_id)
 
-    async def import_chat(self, data: bytes, *, max_message_chars: int) -> Imported | BadChatFile:
+    async def import_chat(
+        self, owner: Owner, data: bytes, *, max_message_chars: int
+    ) -> Imported | BadChatFile:
         """A new chat from an exported JSON file; nothing is written unless all of it is
         valid. Reading 10 MB of JSON takes a second or more: it runs in a worker thread,
         so the server goes on answering everyone else meanwhile."""
@@ -430,22 +485,22 @@ class ChatService:
             )
         except ChatFileError as exc:
             return BadChatFile(str(exc))
-        chat = await self.store.get(await self.store.import_chat(parsed))
+        chat = await self.store.get(owner, await self.store.import_chat(owner, parsed))
         if chat is None:
             raise RuntimeError("an imported chat vanished before it could be shown")
         return Imported(chat)
 
-    async def search(self, text: str) -> list[SearchHit]:
-        return await self.store.search(text)
+    async def search(self, owner: Owner, text: str) -> list[SearchHit]:
+        return await self.store.search(owner, text)
 
     # --- stop, rename, delete --------------------------------------------------------------
 
-    async def stop(self, chat_id: str, run_id: str) -> StopOutcome:
+    async def stop(self, owner: Owner, chat_id: str, run_id: str) -> StopOutcome:
         """SPEC §6 flow 2; stopping a run that already ended shows it as it ended.
         A run another process executes is stopped by that process: this one asks and
         waits (without the chat's lock, which that process needs to record the stop)."""
         async with self.runs.lock(chat_id):
-            chat = await self.store.get(chat_id)
+            chat = await self.store.get(owner, chat_id)
             if chat is None:
                 return ChatNotFound()
             state = self.runs.get(run_id)
@@ -465,43 +520,43 @@ class ChatService:
             )
         if elsewhere:
             await self.runs.wait_ended(chat_id, run_id)
-        return await self.stored_reply(chat_id, run_id)
+        return await self.stored_reply(owner, chat_id, run_id)
 
     # --- tool approvals (SPEC §11) --------------------------------------------------------
 
     async def decide(
-        self, chat_id: str, run_id: str, call_id: str, decision: Decision
+        self, owner: Owner, chat_id: str, run_id: str, call_id: str, decision: Decision
     ) -> DecideOutcome:
         """Allow, Always allow or Deny on a call that waits: recorded, and the run resumed
         once however often it is asked (`Pauses.decide`). Answers with the reply as it
         now stands: streaming on, or as it was when the call no longer waited."""
         async with self.runs.lock(chat_id):
-            chat = await self._settled(chat_id)
+            chat = await self._settled(owner, chat_id)
             if chat is None:
                 return ChatNotFound()
             state = await self.runs.pauses.decide(chat, run_id, call_id, decision)
             if state is not None:
                 return ShownReply(chat, state.reply, None if state.finished else state.position)
-        return await self.current_reply(chat_id, run_id)
+        return await self.current_reply(owner, chat_id, run_id)
 
-    async def current_reply(self, chat_id: str, run_id: str) -> StopOutcome:
+    async def current_reply(self, owner: Owner, chat_id: str, run_id: str) -> StopOutcome:
         """Run ``run_id``'s reply as it is now: live (here or elsewhere), waiting, or stored."""
-        chat = await self.store.get(chat_id)
+        chat = await self.store.get(owner, chat_id)
         if chat is not None and chat.active_run_id == run_id:
             live = await self.runs.live(chat)
             if live is not None and live.run_id == run_id:
                 await render_replies([live.reply])
                 return ShownReply(chat, live.reply, None if live.finished else live.position)
-        return await self.stored_reply(chat_id, run_id)
+        return await self.stored_reply(owner, chat_id, run_id)
 
-    async def stored_reply(self, chat_id: str, run_id: str) -> StopOutcome:
+    async def stored_reply(self, owner: Owner, chat_id: str, run_id: str) -> StopOutcome:
         """The stored reply of one run (a read: no lock, no change)."""
-        chat = await self.store.get(chat_id)
+        chat = await self.store.get(owner, chat_id)
         if chat is None:
             return ChatNotFound()
         # The run's own row, not the chat read until it turns up: an id that is not
         # there costs the same few reads in a chat of any length.
-        found = await self.store.shown_run(chat_id, run_id)
+        found = await self.store.shown_run(owner, chat_id, run_id)
         node = found.tree.nodes.get(run_id) if found is not None else None
         if found is None or node is None:
             waiting = await self.runs.pauses.shown(chat) if chat.active_run_id == run_id else None
@@ -518,10 +573,10 @@ class ChatService:
         await render_replies([reply])
         return ShownReply(chat, reply, None)
 
-    async def rename(self, chat_id: str, title: str) -> RenameOutcome:
+    async def rename(self, owner: Owner, chat_id: str, title: str) -> RenameOutcome:
         """An empty title restores the automatic one (from the first message)."""
         async with self.runs.lock(chat_id):
-            chat = await self.store.get(chat_id)
+            chat = await self.store.get(owner, chat_id)
             if chat is None:
                 return ChatNotFound()
             if not title:
@@ -532,16 +587,16 @@ class ChatService:
                 if text is None and live is not None and (not live.finished or live.paused):
                     text = live.input_text  # the first message's reply is still streaming
                 title = title_from_text(text) if text else ""
-            await self.store.rename(chat_id, title)
-            renamed = await self.store.get(chat_id)
+            await self.store.rename(owner, chat_id, title)
+            renamed = await self.store.get(owner, chat_id)
             return Renamed(renamed or chat)
 
-    async def delete(self, chat_id: str) -> DeleteOutcome:
+    async def delete(self, owner: Owner, chat_id: str) -> DeleteOutcome:
         """Cancel the chat's run, then remove the chat with everything it holds. A run
         another process executes is stopped there first (waited for without the lock)."""
         while True:
             async with self.runs.lock(chat_id):
-                chat = await self.store.get(chat_id)
+                chat = await self.store.get(owner, chat_id)
                 if chat is None:
                     return ChatNotFound()
                 live = self.runs.latest(chat_id)
@@ -555,7 +610,7 @@ class ChatService:
                 if elsewhere is None:
                     run_ids = {s.run_id for s in await self.session.segments(chat_id)}
                     run_ids.update(r for r in (active, live and live.run_id) if r)
-                    await self.store.delete(chat_id, sorted(run_ids))
+                    await self.store.delete(owner, chat_id, sorted(run_ids))
                     self.runs.forget_chat(chat_id)
                     return Deleted(chat_id)
             await self.runs.wait_ended(chat_id, elsewhere)

@@ -41,6 +41,7 @@ _LEAKY_ENV = (
     "WEBAPP_DB",
     "WEBAPP_TOKEN",
     "WEBAPP_CONFIG",
+    "WEBAPP_AUTH",  # a test that wants accounts says so on the command line
 )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from webapp.chats.store import Chat
+from webapp.chats.store import EVERY_CHAT, Chat
 from webapp.chats.tree import continued
 from webapp.runtime.options import CheckpointOptions
 from webapp.stores.checkpoint import RunSnapshot
@@ -65,7 +65,7 @@ class Recovery:
     async def take_over(self, chat_id: str, run_id: str) -> int:
         """Resume one owed run (chat lock held), once this process holds its lease."""
         runs = self.runs
-        chat = await runs.chats.get(chat_id)
+        chat = await runs.chats.get(EVERY_CHAT, chat_id)
         running = runs.get(run_id)
         if chat is None or chat.active_run_id != run_id or (running and not running.finished):
             return 0

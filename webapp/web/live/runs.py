@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, replace
 from typing import Any
 
-from webapp.chats.store import Begun, Chat, ChatStore, NewRun
+from webapp.chats.store import EVERY_CHAT, Begun, Chat, ChatStore, NewRun
 from webapp.events import (
     TERMINAL_EVENTS,
     Event,
@@ -460,7 +460,7 @@ class RunManager:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STOP_TIMEOUT
         while loop.time() < deadline:
-            chat = await self.chats.get(chat_id)
+            chat = await self.chats.get(EVERY_CHAT, chat_id)
             if chat is None or chat.active_run_id != run_id:
                 return
             await asyncio.sleep(ENDED_POLL)

@@ -9,6 +9,7 @@ from starlette.responses import Response
 
 from webapp.chats import file_format
 from webapp.web.app_state import web
+from webapp.web.auth import owner_of
 from webapp.web.chat_service import BadChatFile
 from webapp.web.forms import FormError, read_upload
 from webapp.web.views.responses import (
@@ -33,7 +34,7 @@ async def export_json(request: Request) -> Response:
 
 async def _export(request: Request, kind: str) -> Response:
     chat_id = request.path_params["chat_id"]
-    chat = await web(request).chats.export(chat_id)
+    chat = await web(request).chats.export(owner_of(request), chat_id)
     if chat is None:
         return error_page(request, 404, NO_CHAT)
     if kind == "md":
@@ -61,7 +62,9 @@ async def import_chat(request: Request) -> Response:
         data = await read_upload(request, "file", file_format.MAX_FILE_BYTES)
     except FormError as exc:
         return await _refuse_import(request, exc.status, exc.message)
-    outcome = await app.chats.import_chat(data, max_message_chars=app.max_message_chars)
+    outcome = await app.chats.import_chat(
+        owner_of(request), data, max_message_chars=app.max_message_chars
+    )
     if isinstance(outcome, BadChatFile):
         return await _refuse_import(request, 400, f"Not imported: {outcome.message}")
     return to_chat(request, outcome.chat.id)

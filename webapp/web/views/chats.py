@@ -6,8 +6,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from webapp.web.app_state import web
+from webapp.web.auth import owner_of
 from webapp.web.chat_models import Refused
-from webapp.web.chat_service import Branched, Busy, ChatNotFound, RunNotFound
+from webapp.web.chat_service import Branched, Busy, ChatNotFound, OverLimit, RunNotFound
 from webapp.web.forms import (
     FormError,
     byte_limit,
@@ -21,10 +22,12 @@ from webapp.web.views.responses import (
     NotOnPage,
     error_page,
     is_htmx,
+    over_limit,
     page_context,
     path_for,
     redirect,
     refuse,
+    refuse_form,
     render_chat,
     to_chat,
 )
@@ -43,7 +46,7 @@ async def chat_page(request: Request) -> Response:
     """GET /chats/{chat_id}: its latest messages. With ``?before=RUN`` the page of older
     messages before that one: for htmx (scrolling up) just those messages."""
     app = web(request)
-    chat = await app.chats.get(request.path_params["chat_id"])
+    chat = await app.chats.get(owner_of(request), request.path_params["chat_id"])
     if chat is None:
         return error_page(request, 404, NO_CHAT)
     before = request.query_params.get("before") or None
@@ -73,11 +76,13 @@ async def new_chat(request: Request) -> Response:
         return render_chat(
             request, context, status_code=exc.status, alert=exc.message, draft=exc.draft
         )
+    owner = owner_of(request)
     if form is None:
-        chat = await app.chats.new_chat()
-    else:
-        chat = (await app.chats.start_chat(form.text, form.client_id, settings)).chat
-    return to_chat(request, chat.id)
+        return to_chat(request, (await app.chats.new_chat(owner)).id)
+    outcome = await app.chats.start_chat(owner, form.text, form.client_id, settings)
+    if isinstance(outcome, OverLimit):
+        return await over_limit(request, outcome, draft=form.text)
+    return to_chat(request, outcome.chat.id)
 
 
 async def rename(request: Request) -> Response:
@@ -87,8 +92,8 @@ async def rename(request: Request) -> Response:
     try:
         title = await read_title(request)
     except FormError as exc:
-        return await refuse(request, exc.status, exc.message, chat=await app.chats.get(chat_id))
-    outcome = await app.chats.rename(chat_id, title)
+        return await refuse_form(request, chat_id, exc.status, exc.message)
+    outcome = await app.chats.rename(owner_of(request), chat_id, title)
     if isinstance(outcome, ChatNotFound):
         return await refuse(request, 404, NO_CHAT)
     return to_chat(request, chat_id)
@@ -98,7 +103,7 @@ async def branch(request: Request) -> Response:
     """POST /chats/{chat_id}/runs/{run_id}/branch: a new chat with the shown
     conversation up to that reply, opened at once."""
     outcome = await web(request).chats.branch(
-        request.path_params["chat_id"], request.path_params["run_id"]
+        owner_of(request), request.path_params["chat_id"], request.path_params["run_id"]
     )
     if isinstance(outcome, ChatNotFound):
         return await refuse(request, 404, NO_CHAT)
@@ -115,7 +120,7 @@ async def branch(request: Request) -> Response:
 async def delete_confirm(request: Request) -> Response:
     """GET /chats/{chat_id}/delete: the confirm step that works without JavaScript."""
     app = web(request)
-    chat = await app.chats.get(request.path_params["chat_id"])
+    chat = await app.chats.get(owner_of(request), request.path_params["chat_id"])
     if chat is None:
         return error_page(request, 404, NO_CHAT)
     context = await page_context(request, chat)
@@ -124,7 +129,7 @@ async def delete_confirm(request: Request) -> Response:
 
 async def delete(request: Request) -> Response:
     """POST /chats/{chat_id}/delete: stop its run, drop its messages and checkpoints."""
-    outcome = await web(request).chats.delete(request.path_params["chat_id"])
+    outcome = await web(request).chats.delete(owner_of(request), request.path_params["chat_id"])
     if isinstance(outcome, ChatNotFound):
         return await refuse(request, 404, NO_CHAT)
     return redirect(request, path_for(request, "home"))

@@ -15,12 +15,14 @@ from starlette.responses import HTMLResponse, Response
 
 from webapp.chats.store import Chat
 from webapp.web.app_state import web
+from webapp.web.auth import owner_of
 from webapp.web.chat_service import (
     Busy,
     CannotContinue,
     ChatNotFound,
     MessageNotFound,
     NothingToRegenerate,
+    OverLimit,
     RunNotFound,
     ShownReply,
     Started,
@@ -34,8 +36,10 @@ from webapp.web.views.responses import (
     chat_updated,
     error_page,
     is_htmx,
+    over_limit,
     page_context,
     refuse,
+    refuse_form,
     render_chat,
     to_chat,
 )
@@ -71,6 +75,8 @@ async def answer(
     editing: str | None = None,
 ) -> Response:
     """The refusal an outcome stands for, or else the chat as it now is."""
+    if isinstance(outcome, OverLimit):
+        return await over_limit(request, outcome, draft=draft, editing=editing)
     chat = getattr(outcome, "chat", None)
     found = REFUSALS.get(type(outcome))
     if found is not None:
@@ -89,18 +95,18 @@ async def send(request: Request) -> Response:
     try:
         form = await read_message(request, app.max_message_chars)
     except FormError as exc:
-        chat = await app.chats.get(chat_id)
+        chat = await app.chats.get(owner_of(request), chat_id)
         if chat is None:
             return await refuse(request, 404, NO_CHAT)
         return await refuse(request, exc.status, exc.message, chat=chat, draft=exc.draft)
-    outcome = await app.chats.send(chat_id, form.text, form.client_id)
+    outcome = await app.chats.send(owner_of(request), chat_id, form.text, form.client_id)
     return await answer(request, outcome, busy=BUSY, draft=form.text)
 
 
 async def edit_form(request: Request) -> Response:
     """GET /chats/{chat_id}/messages/{run_id}/edit: the edit box (fragment or page)."""
     app = web(request)
-    chat = await app.chats.get(request.path_params["chat_id"])
+    chat = await app.chats.get(owner_of(request), request.path_params["chat_id"])
     if chat is None:
         return error_page(request, 404, NO_CHAT)
     run_id = request.path_params["run_id"]
@@ -123,13 +129,13 @@ async def edit(request: Request) -> Response:
     try:
         form = await read_message(request, app.max_message_chars)
     except FormError as exc:
-        chat = await app.chats.get(chat_id)
+        chat = await app.chats.get(owner_of(request), chat_id)
         if chat is None:
             return await refuse(request, 404, NO_CHAT)
         return await refuse(
             request, exc.status, exc.message, chat=chat, draft=exc.draft, editing=run_id
         )
-    outcome = await app.chats.edit(chat_id, run_id, form.text)
+    outcome = await app.chats.edit(owner_of(request), chat_id, run_id, form.text)
     return await answer(request, outcome, busy=BUSY, draft=form.text, editing=run_id)
 
 
@@ -141,8 +147,8 @@ async def regenerate(request: Request) -> Response:
     try:
         run_id = await read_run_id(request, required=False)
     except FormError as exc:
-        return await refuse(request, exc.status, exc.message, chat=await app.chats.get(chat_id))
-    outcome = await app.chats.regenerate(chat_id, run_id)
+        return await refuse_form(request, chat_id, exc.status, exc.message)
+    outcome = await app.chats.regenerate(owner_of(request), chat_id, run_id)
     return await answer(request, outcome, busy=BUSY)
 
 
@@ -150,7 +156,9 @@ async def continue_reply(request: Request) -> Response:
     """POST /chats/{chat_id}/runs/{run_id}/continue: the model goes on with that reply."""
     app = web(request)
     chat_id = request.path_params["chat_id"]
-    outcome = await app.chats.continue_reply(chat_id, request.path_params["run_id"])
+    outcome = await app.chats.continue_reply(
+        owner_of(request), chat_id, request.path_params["run_id"]
+    )
     return await answer(request, outcome)
 
 
@@ -161,8 +169,8 @@ async def switch(request: Request) -> Response:
     try:
         run_id = await read_run_id(request, required=True)
     except FormError as exc:
-        return await refuse(request, exc.status, exc.message, chat=await app.chats.get(chat_id))
-    outcome = await app.chats.switch(chat_id, run_id or "")
+        return await refuse_form(request, chat_id, exc.status, exc.message)
+    outcome = await app.chats.switch(owner_of(request), chat_id, run_id or "")
     return await answer(request, outcome)
 
 
@@ -170,7 +178,7 @@ async def stop(request: Request) -> Response:
     """POST /chats/{chat_id}/runs/{run_id}/stop: stop and keep what was produced."""
     app = web(request)
     chat_id = request.path_params["chat_id"]
-    outcome = await app.chats.stop(chat_id, request.path_params["run_id"])
+    outcome = await app.chats.stop(owner_of(request), chat_id, request.path_params["run_id"])
     return await _shown(request, chat_id, outcome)
 
 
@@ -182,8 +190,11 @@ async def decide(request: Request) -> Response:
     try:
         form = await read_decision(request)
     except FormError as exc:
-        return await refuse(request, exc.status, exc.message, chat=await app.chats.get(chat_id))
+        return await refuse(
+            request, exc.status, exc.message, chat=await app.chats.get(owner_of(request), chat_id)
+        )
     outcome = await app.chats.decide(
+        owner_of(request),
         chat_id, request.path_params["run_id"], form.call_id, form.decision
     )
     return await _shown(request, chat_id, outcome)

@@ -15,6 +15,7 @@ from starlette.responses import Response
 from webapp.chats.settings import MAX_INSTRUCTIONS_CHARS
 from webapp.chats.text import message_text
 from webapp.web.app_state import web
+from webapp.web.auth import owner_of
 from webapp.web.chat_models import NoSuchChat, Refused, SaveOutcome
 from webapp.web.forms import FormError, byte_limit, read_fields
 from webapp.web.views.responses import (
@@ -37,7 +38,9 @@ async def choose_model(request: Request) -> Response:
         # The whole composer comes along when the no-JavaScript button sends it.
         fields = await read_fields(request, byte_limit(app.max_message_chars))
     except FormError as exc:
-        return await refuse(request, exc.status, exc.message, chat=await app.chats.get(chat_id))
+        return await refuse(
+            request, exc.status, exc.message, chat=await app.chats.get(owner_of(request), chat_id)
+        )
     outcome = await app.models.choose(chat_id, fields.get("model", "").strip())
     return await _saved(request, chat_id, outcome)
 
@@ -49,10 +52,14 @@ async def save_instructions(request: Request) -> Response:
     try:
         fields = await read_fields(request, byte_limit(MAX_INSTRUCTIONS_CHARS))
     except FormError as exc:
-        return await refuse(request, exc.status, exc.message, chat=await app.chats.get(chat_id))
+        return await refuse(
+            request, exc.status, exc.message, chat=await app.chats.get(owner_of(request), chat_id)
+        )
     if "instructions" not in fields:
         message = "The form has no 'instructions' field; reload the page and retry."
-        return await refuse(request, 400, message, chat=await app.chats.get(chat_id))
+        return await refuse(
+            request, 400, message, chat=await app.chats.get(owner_of(request), chat_id)
+        )
     text = message_text(fields["instructions"]).strip()
     return await _saved(request, chat_id, await app.models.instruct(chat_id, text))
 
@@ -61,7 +68,7 @@ async def _saved(request: Request, chat_id: str, outcome: SaveOutcome) -> Respon
     if isinstance(outcome, NoSuchChat):
         return await refuse(request, 404, NO_CHAT)
     if isinstance(outcome, Refused):
-        chat = await web(request).chats.get(chat_id)
+        chat = await web(request).chats.get(owner_of(request), chat_id)
         return await refuse(request, 400, outcome.message, chat=chat)
     if is_htmx(request):
         return Response(status_code=204)  # saved; nothing on the page changes
@@ -72,7 +79,7 @@ async def usage(request: Request) -> Response:
     """GET /chats/{chat_id}/usage: the chat header's token total (fetched after a reply)."""
     app = web(request)
     chat_id = request.path_params["chat_id"]
-    chat = await app.chats.get(chat_id)
+    chat = await app.chats.get(owner_of(request), chat_id)
     if chat is None:
         return error_page(request, 404, NO_CHAT)
     total = await app.store.settings.usage(chat_id)

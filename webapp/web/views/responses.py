@@ -11,15 +11,19 @@ header), so a forged Host can not steer a browser elsewhere.
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from webapp.chats.limits import LimitReached
 from webapp.chats.store import Chat, Page
 from webapp.web.app_state import new_client_id, web
-from webapp.web.chat_service import PAGE_RUNS, Conversation
+from webapp.web.auth import account_of, owner_of
+from webapp.web.chat_service import PAGE_RUNS, Conversation, OverLimit
 
 ALERT_TARGET = "#composer-alert"
 NO_CHAT = "This chat does not exist. It may have been deleted."
@@ -29,12 +33,13 @@ BUSY = (
 )
 ERROR_TITLES = {
     400: "Bad request",
-    401: "Token required",
+    401: "Sign-in required",
     403: "Forbidden",
     404: "Not found",
     408: "Request timeout",
     409: "Busy",
     413: "Too large",
+    429: "Limit reached",
 }
 
 
@@ -77,10 +82,13 @@ async def page_context(
     ``everything``: every message, not just the latest page; ``read``: the latest
     page, already read as the live run began)."""
     app = web(request)
+    owner = owner_of(request)
     conversation = None
     if chat is not None:
         limit = None if everything else PAGE_RUNS
-        conversation = await app.chats.conversation(chat, before=before, limit=limit, read=read)
+        conversation = await app.chats.conversation(
+            owner, chat, before=before, limit=limit, read=read
+        )
         if conversation is None:
             raise NotOnPage(before)
     # The chat's settings and total: a page's header and composer, not a fragment's.
@@ -88,7 +96,9 @@ async def page_context(
     total = await app.store.settings.usage(chat.id) if chat is not None and with_list else None
     return {
         "chat": chat,
-        "chats": await app.chats.recent() if with_list else [],
+        "account": account_of(request),
+        "can_sign_out": app.auth.mode == "password",
+        "chats": await app.chats.recent(owner) if with_list else [],
         "items": conversation.items if conversation else [],
         "live": conversation.live if conversation else None,
         "earlier": conversation.earlier if conversation else None,
@@ -184,6 +194,49 @@ async def refuse(
         editing=editing,
         edit_draft=draft if editing else None,
     )
+
+
+def limit_notice(reached: LimitReached, now: float | None = None) -> str:
+    """Which limit a send met, and when it lets the next one through."""
+    if reached.kind == "runs":
+        return (
+            f"Limit reached: at most {reached.limit} of your replies may run at once. "
+            "Send again when one of them finishes (or stop one); your text is still in the box."
+        )
+    left = max(60.0, (reached.resets_at or 0.0) - (now if now is not None else time.time()))
+    hours, minutes = divmod(math.ceil(left / 60), 60)
+    wait = f"{hours} h {minutes} min" if hours else f"{minutes} min"
+    return (
+        f"Limit reached: {reached.limit:,} tokens a day, and your replies have used "
+        f"{reached.used:,} today. It resets at 00:00 UTC, in {wait}; your text is still "
+        "in the box."
+    )
+
+
+async def over_limit(
+    request: Request, outcome: OverLimit, *, draft: str = "", editing: str | None = None
+) -> Response:
+    """429 with the notice; nothing was written, and the text stays where it was."""
+    notice = limit_notice(outcome.reached)
+    if outcome.chat is None and not is_htmx(request):  # the home page's first message
+        context = await page_context(request, None)
+        response = render_chat(request, context, status_code=429, alert=notice, draft=draft)
+    else:
+        response = await refuse(
+            request, 429, notice, chat=outcome.chat, draft=draft, editing=editing
+        )
+    if outcome.reached.resets_at is not None:
+        response.headers["Retry-After"] = str(max(1, int(outcome.reached.resets_at - time.time())))
+    return response
+
+
+async def refuse_form(request: Request, chat_id: str, status: int, message: str) -> Response:
+    """A form that cannot be read, posted to a chat: 404 first if the chat is not there
+    (or not the asker's), as every other answer about a chat one may not see."""
+    chat = await web(request).chats.get(owner_of(request), chat_id)
+    if chat is None:
+        return await refuse(request, 404, NO_CHAT)
+    return await refuse(request, status, message, chat=chat)
 
 
 def error_page(request: Request, status: int, message: str) -> Response:

@@ -9,6 +9,7 @@ from starlette.responses import Response
 
 from webapp.web import sse
 from webapp.web.app_state import web
+from webapp.web.auth import owner_of
 from webapp.web.chat_service import ShownReply
 from webapp.web.event_names import DONE
 
@@ -17,11 +18,12 @@ async def events(request: Request) -> Response | sse.RunStream:
     """GET /chats/{chat_id}/runs/{run_id}/events: a run's log as SSE, from any position."""
     app = web(request)
     chat_id, run_id = request.path_params["chat_id"], request.path_params["run_id"]
-    state = await app.runs.follow(chat_id, run_id)
+    owner = owner_of(request)
+    state = await app.chats.follow(owner, chat_id, run_id)
     if state is None:
         # Not live (finished earlier, or before a restart) here or, with other
         # processes, in the database.
-        stored = await app.chats.stored_reply(chat_id, run_id)
+        stored = await app.chats.stored_reply(owner, chat_id, run_id)
         if not isinstance(stored, ShownReply):
             raise HTTPException(404, f"No run {run_id} in this chat.")
         html = app.fragments.final_reply(chat_id, stored.reply)
