@@ -15,7 +15,7 @@ from io import BytesIO
 from pathlib import Path
 
 import httpx
-from webhelpers import HX, MakeClient, parse_html
+from webhelpers import HX, MakeClient, parse_html, sqlite_chats_schema_as_of
 
 from webapp.chats import search as chat_search
 from webapp.chats.store import ChatStore
@@ -320,10 +320,8 @@ def test_an_index_made_before_the_nul_fix_is_rebuilt(tmp_path: Path):
             (entries,),
         )
         conn.execute("UPDATE chat_search SET body = 'before \ue000x'")  # what version 6 made
-        conn.execute("UPDATE schema_versions SET version = 6 WHERE name = 'webapp_chats'")
-        # What later versions added, gone too, so their steps meet a version 6 table.
-        conn.execute("DROP INDEX chats_by_user")
-        conn.execute("ALTER TABLE chats DROP COLUMN user_id")
+        # What later versions added, gone too, so their steps meet a version 6 file.
+        sqlite_chats_schema_as_of(conn, 6)
     asyncio.run(_open(db))
     with sqlite3.connect(db) as conn:
         bodies = sorted(b for (b,) in conn.execute("SELECT body FROM chat_search"))

@@ -12,9 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from webhelpers import HX, Node, WebClient, buttons, eventually, form_of, parse_html, replies
+from webhelpers import (
+    HX,
+    Node,
+    WebClient,
+    buttons,
+    eventually,
+    form_of,
+    parse_html,
+    replies,
+    sqlite_chats_schema_as_of,
+)
 
-from webapp.chats.store import ChatStore, NewRun
+from webapp.chats.store import EVERY_CHAT, ChatStore, NewRun
 from webapp.models import ScriptedModel
 from webapp.models.long_results import MAX_RESULT_CHARS
 from webapp.runtime.agent import Agent
@@ -63,7 +73,7 @@ async def waiting_run(client: WebClient, chat_id: str) -> str:
 
     async def paused() -> bool:
         nonlocal found
-        chat = await client.web.chats.get(chat_id)
+        chat = await client.web.chats.get(EVERY_CHAT, chat_id)
         found = (chat.active_run_id if chat else None) or ""
         return bool(found) and found in await client.web.store.approvals.paused()
 
@@ -300,9 +310,9 @@ async def test_a_crash_during_a_call_that_must_not_rerun_asks_again(tmp_path: Pa
     call = ToolCallEntry("call_1", "write_note", '{"text": "maybe"}')
     chats, checkpoints = ChatStore(db), SQLiteCheckpointer(db, wal=True)
     try:
-        chat = await chats.create("crashed")
+        chat = await chats.create(EVERY_CHAT, "crashed")
         run_id = "0e" * 16
-        await chats.begin_run(chat.id, NewRun(run_id, input="note maybe"))
+        await chats.begin_run(chat.id, NewRun(run_id, input="note maybe", owner=EVERY_CHAT))
         # What a process killed inside write_note leaves: the call marked started.
         head = RunHead("assistant", turns=1, session_id=chat.id, started=["call_1"])
         await checkpoints.append(run_id, [UserEntry("note maybe"), call], head)
@@ -362,13 +372,10 @@ async def test_deleting_a_chat_while_it_waits_leaves_nothing(tmp_path: Path):
 async def test_a_chat_database_from_before_approvals_gains_their_tables(tmp_path: Path):
     db = tmp_path / "chat.db"
     store = ChatStore(db)
-    chat = await store.create("old")
+    chat = await store.create(EVERY_CHAT, "old")
     await store.close()
     with sqlite3.connect(db) as conn:  # the file as version 9 left it (models, before approvals)
-        conn.executescript(
-            "DROP TABLE tool_decisions; DROP TABLE tool_grants; DROP TABLE paused_runs;"
-            "UPDATE schema_versions SET version = 9 WHERE name = 'webapp_chats';"
-        )
+        sqlite_chats_schema_as_of(conn, 9)
     notes = Notes()
     async with running(db, agent=note_agent(notes)) as client:
         await client.send(chat.id, "note hello")

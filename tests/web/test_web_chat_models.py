@@ -9,6 +9,7 @@ from test_web_recovery import RUN, leave_behind
 from webhelpers import HX, MakeClient, Node, parse_html, replies
 
 from webapp.chats.store import ChatStore
+from webapp.chats.users import EVERY_CHAT
 from webapp.config import EndpointConfig, PresetConfig
 from webapp.models import ScriptedModel
 from webapp.models.endpoints import ModelRegistry
@@ -170,7 +171,7 @@ async def test_the_chat_total_is_served_for_the_header(web_client_factory: MakeC
     fetch = parse_html(done).find(hx_get=f"/chats/{chat_id}/usage")
     assert fetch.attrs["hx-target"] == "#chat-usage"
     total = parse_html((await client.http.get(f"/chats/{chat_id}/usage")).text)
-    node = (await client.web.store.tree(chat_id)).nodes[state.run_id]
+    node = (await client.web.store.tree(EVERY_CHAT, chat_id)).nodes[state.run_id]
     assert node.usage is not None
     assert total.find(id="chat-usage").attrs["data-tokens-out"] == str(node.usage.output_tokens)
     assert (await client.http.get("/chats/" + "0" * 32 + "/usage")).status_code == 404

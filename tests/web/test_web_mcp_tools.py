@@ -9,7 +9,7 @@ from pathlib import Path
 
 from webhelpers import MakeClient, eventually, parse_html, replies
 
-from webapp.chats.store import ChatStore, NewRun
+from webapp.chats.store import EVERY_CHAT, ChatStore, NewRun
 from webapp.config import AppConfig, McpServerConfig, load_config
 from webapp.models import ScriptedModel
 from webapp.runtime.agent import Agent
@@ -147,8 +147,8 @@ async def test_start_up_resumes_owed_runs_once_the_servers_are_connected(
     run_id = "0d" * 16
     chats, checkpoints = ChatStore(db), SQLiteCheckpointer(db, wal=True)
     try:  # a process killed while test__echo (read-only: re-run after a crash) ran
-        chat = await chats.create("crashed")
-        await chats.begin_run(chat.id, NewRun(run_id, input="echo"))
+        chat = await chats.create(EVERY_CHAT, "crashed")
+        await chats.begin_run(chat.id, NewRun(run_id, input="echo", owner=EVERY_CHAT))
         call = ToolCallEntry("call_1", "test__echo", '{"text": "still here"}')
         head = RunHead("assistant", turns=1, session_id=chat.id)
         await checkpoints.append(run_id, [UserEntry("echo"), call], head)

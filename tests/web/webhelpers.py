@@ -426,3 +426,34 @@ def sigterm_during_a_reply(proc: subprocess.Popen[str], base: str) -> tuple[floa
             proc.kill()
             proc.wait(timeout=5)
     return ended, exited, proc.stderr.read() if proc.stderr else ""
+
+
+# What each SQLite schema step of the chat database added, undone: a test that needs a
+# file as an older release left it takes the newer steps back, newest first.
+_SQLITE_STEPS_UNDONE: dict[int, tuple[str, ...]] = {
+    7: tuple(
+        f"ALTER TABLE chats DROP COLUMN {c}"
+        for c in ("model", "instructions", "temperature", "max_tokens")
+    ),
+    8: tuple(
+        f"ALTER TABLE chat_runs DROP COLUMN {c}"
+        for c in ("model", "tokens_in", "tokens_out", "finished_at")
+    ),
+    9: ("DROP TABLE tool_decisions", "DROP TABLE tool_grants", "DROP TABLE paused_runs"),
+    10: (
+        "DROP TABLE users",
+        "DROP TABLE user_sessions",
+        "DROP TABLE sign_in_failures",
+        "DROP INDEX chats_by_user",
+        "ALTER TABLE chats DROP COLUMN user_id",
+    ),
+}
+
+
+def sqlite_chats_schema_as_of(conn: Any, version: int) -> None:
+    """Take a chat database (a `sqlite3` connection) back to schema ``version``."""
+    newest = max(_SQLITE_STEPS_UNDONE) + 1
+    for step in range(newest - 1, version - 1, -1):
+        for statement in _SQLITE_STEPS_UNDONE.get(step, ()):
+            conn.execute(statement)
+    conn.execute("UPDATE schema_versions SET version = ? WHERE name = 'webapp_chats'", (version,))
