@@ -153,7 +153,11 @@ def case_markdown(http: httpx.Client) -> Callable[[], None]:
     document = json.loads(chat_file(1, 10))
     document["runs"][0]["entries"][1]["text"] = "[" * 100_000
     chat_id = import_file(http, json.dumps(document).encode())
-    return lambda: http.get(f"/chats/{chat_id}").raise_for_status()
+
+    def open_chat() -> None:
+        http.get(f"/chats/{chat_id}").raise_for_status()
+
+    return open_chat
 
 
 def case_import(http: httpx.Client) -> Callable[[], None]:

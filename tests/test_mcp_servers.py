@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -23,7 +25,10 @@ SERVER = Path(__file__).with_name("mcp_server.py")
 
 def stdio_config(tmp_path: Path, **kwargs: object) -> McpServerConfig:
     return McpServerConfig(
-        name="test", command=sys.executable, args=(str(SERVER), str(tmp_path)), **kwargs  # type: ignore[arg-type]
+        name="test",
+        command=sys.executable,
+        args=(str(SERVER), str(tmp_path)),
+        **kwargs,  # type: ignore[arg-type]
     )
 
 
@@ -50,7 +55,10 @@ async def test_tools_are_offered_with_names_schemas_and_policies(servers: McpSer
     assert echo.parameters["properties"]["text"]["type"] == "string"
     # read-only runs and is safe to re-run; an unannotated tool asks and is not
     assert (echo.approval, echo.rerunnable) == ("allow", True)
-    assert (tools["test__write_note"].approval, tools["test__write_note"].rerunnable) == ("ask", False)
+    assert (tools["test__write_note"].approval, tools["test__write_note"].rerunnable) == (
+        "ask",
+        False,
+    )
     assert (tools["test__set_flag"].approval, tools["test__set_flag"].rerunnable) == ("ask", True)
 
 
@@ -100,9 +108,7 @@ async def test_a_call_past_its_timeout_is_an_error_result_and_cancelled(tmp_path
 
 
 async def test_policies_from_the_config_override_annotations(tmp_path: Path) -> None:
-    config = stdio_config(
-        tmp_path, approval="ask", tools={"write_note": "allow", "fail": "deny"}
-    )
+    config = stdio_config(tmp_path, approval="ask", tools={"write_note": "allow", "fail": "deny"})
     running = McpServers([config])
     await running.start()
     try:
@@ -129,8 +135,8 @@ async def test_a_server_that_fails_to_start_does_not_stop_the_others(tmp_path: P
 
 
 async def test_a_dead_server_is_restarted(servers: McpServers, tmp_path: Path) -> None:
-    pid = int((await call(servers, "test__echo", {"text": "x"})) and _server_pid(tmp_path))
-    subprocess.run(["kill", "-9", str(pid)], check=True)
+    assert (await call(servers, "test__echo", {"text": "x"})).output == "x"
+    os.kill(_server_pid(tmp_path), signal.SIGKILL)
     await _until(lambda: servers.states["test"].status != "connected", timeout=20)
     assert await servers.wait_connected("test", 30)
     assert (await call(servers, "test__echo", {"text": "back"})).output == "back"
@@ -138,8 +144,12 @@ async def test_a_dead_server_is_restarted(servers: McpServers, tmp_path: Path) -
 
 async def test_streamable_http_with_headers(tmp_path: Path) -> None:
     port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, str(SERVER), str(tmp_path), "http", str(port)],
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(SERVER),
+        str(tmp_path),
+        "http",
+        str(port),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -152,12 +162,14 @@ async def test_streamable_http_with_headers(tmp_path: Path) -> None:
         await running.start()
         try:
             assert await running.wait_connected("remote", 30), running.states["remote"].error
-            assert (await call(running, "remote__echo", {"text": "over http"})).output == "over http"
+            assert (
+                await call(running, "remote__echo", {"text": "over http"})
+            ).output == "over http"
         finally:
             await running.stop()
     finally:
         process.kill()
-        process.wait(10)
+        await asyncio.wait_for(process.wait(), 10)
 
 
 def test_offered_names_are_unique_and_valid() -> None:

@@ -80,7 +80,9 @@ class AppConfig:
     presets: tuple[PresetConfig, ...] = ()
 
 
-def load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> AppConfig:
+def load_config(
+    path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None
+) -> AppConfig:
     """The config at ``path`` (None: an empty config); raises `ConfigError`."""
     if path is None:
         return AppConfig()
@@ -134,7 +136,9 @@ def _server(name: str, table: Any, where: str, environ: Mapping[str, str]) -> Mc
         raise ConfigError(f"{where} must be a table")
     unknown = sorted(set(table) - _SERVER_KEYS)
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_SERVER_KEYS))})")
+        raise ConfigError(
+            f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_SERVER_KEYS))})"
+        )
     command, url = table.get("command"), table.get("url")
     if (command is None) == (url is None):
         raise ConfigError(f"{where}: give either command (a stdio server) or url (Streamable HTTP)")
@@ -152,7 +156,11 @@ def _server(name: str, table: Any, where: str, environ: Mapping[str, str]) -> Mc
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ConfigError(f"{where}: args must be a list of strings")
     timeout = table.get("timeout", DEFAULT_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 86400:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 < timeout <= 86400
+    ):
         raise ConfigError(f"{where}: timeout must be a number of seconds between 0 and 86400")
     cwd = table.get("cwd")
     return McpServerConfig(
@@ -163,7 +171,9 @@ def _server(name: str, table: Any, where: str, environ: Mapping[str, str]) -> Mc
         cwd=_string(cwd, where, "cwd") if cwd is not None else None,
         url=url,
         headers=_strings(table.get("headers", {}), where, "headers", environ),
-        approval=_policy(table["approval"], where, "approval", ("allow", "ask")) if "approval" in table else None,
+        approval=_policy(table["approval"], where, "approval", ("allow", "ask"))
+        if "approval" in table
+        else None,
         tools=_tool_policies(table.get("tools", {}), where),
         timeout=float(timeout),
     )
@@ -272,7 +282,7 @@ def _known_keys(table: dict[str, Any], known: set[str], where: str) -> None:
 
 def _tool_policies(table: Any, where: str) -> dict[str, Policy]:
     if not isinstance(table, dict):
-        raise ConfigError(f"{where}: tools must be a table of tool = \"ask\" | \"allow\" | \"deny\"")
+        raise ConfigError(f'{where}: tools must be a table of tool = "ask" | "allow" | "deny"')
     return {name: _policy(value, where, f"tools.{name}", POLICIES) for name, value in table.items()}
 
 
@@ -299,7 +309,9 @@ def _expand(value: str, where: str, key: str, environ: Mapping[str, str]) -> str
     def substitute(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in environ:
-            raise ConfigError(f"{where}: {key} uses ${{{name}}}, which is not set in the environment")
+            raise ConfigError(
+                f"{where}: {key} uses ${{{name}}}, which is not set in the environment"
+            )
         return environ[name]
 
     return _VARIABLE.sub(substitute, value)

@@ -93,7 +93,9 @@ class McpTool(Tool):
         try:
             arguments = json.loads(call.arguments) if call.arguments.strip() else {}
         except json.JSONDecodeError as exc:
-            return ToolResultEntry(call.call_id, f"The arguments are not valid JSON: {exc.msg}", True)
+            return ToolResultEntry(
+                call.call_id, f"The arguments are not valid JSON: {exc.msg}", True
+            )
         if not isinstance(arguments, dict):
             return ToolResultEntry(call.call_id, "The arguments must be a JSON object.", True)
         assert self.servers is not None  # always set by McpServers
@@ -164,7 +166,9 @@ class McpServers:
         config = self.states[server].config
         if connection is None:
             error = self.states[server].error or "it is starting"
-            return ToolResultEntry(call_id, f"The MCP server {server!r} is not connected ({error}).", True)
+            return ToolResultEntry(
+                call_id, f"The MCP server {server!r} is not connected ({error}).", True
+            )
         token = uuid.uuid4().hex
         try:
             async with asyncio.timeout(config.timeout):
@@ -179,7 +183,9 @@ class McpServers:
             await connection.cancel(token, "the user stopped the reply")
             raise
         except McpError as exc:
-            return ToolResultEntry(call_id, f"The MCP server {server!r} refused the call: {exc}", True)
+            return ToolResultEntry(
+                call_id, f"The MCP server {server!r} refused the call: {exc}", True
+            )
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
             connection.lost.set()
             return ToolResultEntry(call_id, f"The MCP server {server!r} went away: {exc!r}", True)
@@ -427,4 +433,3 @@ def _describe(exc: BaseException) -> str:
 
 def _never_called(**_: Any) -> str:
     raise RuntimeError("an MCP tool is invoked through McpTool.invoke")
-

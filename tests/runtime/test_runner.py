@@ -330,7 +330,7 @@ async def test_a_burst_of_buffered_parts_does_not_hold_the_event_loop():
     # and the loop served others all along: slices of a few ms (about 25 parts at
     # 0.2 ms each; more when the OS took the process off its core mid-part, which
     # looks like a model that waited), never most of the burst of 600 in one hold
-    gaps = [b - a for a, b in zip(made_at_tick, made_at_tick[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(made_at_tick)]
     assert len(made_at_tick) > 10 and max(gaps) < 200, f"{max(gaps)} parts between turns"
 
 

@@ -26,6 +26,7 @@ from webapp.chats.users import Owner
 DAY = 86400.0
 LimitKind = Literal["runs", "tokens"]
 
+
 @dataclass(frozen=True)
 class Limits:
     """None: no limit."""

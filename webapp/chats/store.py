@@ -526,5 +526,3 @@ class ChatStore(ChatLibrary):
             )
 
         return await self._store.write(update)
-
-

@@ -261,7 +261,14 @@ def create_app(
     secrets = [*redact, *models.secrets()]
     store = ChatStore(db_path, limits=limits, throttle=throttle)
     state = _build_state(
-        db_path, store, agent, models, templates, max_message_chars, secrets, max_turns,
+        db_path,
+        store,
+        agent,
+        models,
+        templates,
+        max_message_chars,
+        secrets,
+        max_turns,
         config or AppConfig(),
     )
     state = dataclasses.replace(state, auth=auth)

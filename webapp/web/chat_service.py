@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from typing import Union
 
 from webapp.chats import file_format
 from webapp.chats.file_format import ChatFile, ChatFileError
@@ -53,6 +52,36 @@ from webapp.stores.session import Segment, Session, new_run_id
 from webapp.transcript import UserEntry
 from webapp.web.live.run_state import RunState
 from webapp.web.live.runs import RunManager
+from webapp.web.outcomes import (
+    AlreadySent,
+    BadChatFile,
+    Branched,
+    BranchOutcome,
+    Busy,
+    CannotContinue,
+    ChatNotFound,
+    ContinueOutcome,
+    DecideOutcome,
+    Deleted,
+    DeleteOutcome,
+    EditOutcome,
+    Imported,
+    MessageNotFound,
+    NewChatOutcome,
+    NothingToRegenerate,
+    OverLimit,
+    RegenerateOutcome,
+    Renamed,
+    RenameOutcome,
+    RunNotFound,
+    SendOutcome,
+    ShownReply,
+    Started,
+    StopOutcome,
+    Switched,
+    SwitchOutcome,
+    VersionNotFound,
+)
 from webapp.web.view_models import (
     ChatItem,
     ReplyView,
@@ -62,123 +91,6 @@ from webapp.web.view_models import (
     render_replies,
     title_from_text,
 )
-
-# --- outcomes ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Started:
-    chat: Chat
-    run: RunState
-    page: Page | None = None  # the chat's latest page, read as the run was recorded
-
-
-@dataclass(frozen=True)
-class AlreadySent:
-    """This client message id was sent before: nothing new started."""
-
-    chat: Chat
-
-
-@dataclass(frozen=True)
-class Busy:
-    """A run is active in the chat."""
-
-    chat: Chat
-
-
-@dataclass(frozen=True)
-class ChatNotFound:
-    pass
-
-
-@dataclass(frozen=True)
-class MessageNotFound:
-    chat: Chat
-
-
-@dataclass(frozen=True)
-class RunNotFound:
-    chat: Chat
-
-
-@dataclass(frozen=True)
-class NothingToRegenerate:
-    chat: Chat
-
-
-@dataclass(frozen=True)
-class ShownReply:
-    """A reply as it now stands: after a stop, or read for a client that asks."""
-
-    chat: Chat
-    reply: ReplyView
-    position: str | None  # set while it still streams (a stop that timed out)
-
-
-@dataclass(frozen=True)
-class Renamed:
-    chat: Chat
-
-
-@dataclass(frozen=True)
-class Deleted:
-    chat_id: str
-
-
-@dataclass(frozen=True)
-class Switched:
-    chat: Chat
-
-
-@dataclass(frozen=True)
-class VersionNotFound:
-    chat: Chat
-
-
-@dataclass(frozen=True)
-class Branched:
-    chat: Chat  # the new chat
-
-
-@dataclass(frozen=True)
-class CannotContinue:
-    """The reply was neither stopped nor cut at the model's output limit, or is not last."""
-
-    chat: Chat
-
-
-@dataclass(frozen=True)
-class Imported:
-    chat: Chat
-
-
-@dataclass(frozen=True)
-class BadChatFile:
-    message: str
-
-
-@dataclass(frozen=True)
-class OverLimit:
-    """The person may not start another reply now; nothing was written."""
-
-    chat: Chat | None  # None: the first message of a chat, which was not made
-    reached: LimitReached
-
-
-SendOutcome = Union[Started, AlreadySent, Busy, ChatNotFound, OverLimit]
-NewChatOutcome = Union[Started, AlreadySent, OverLimit]
-EditOutcome = Union[Started, Busy, ChatNotFound, MessageNotFound, OverLimit]
-RegenerateOutcome = Union[
-    Started, Busy, ChatNotFound, MessageNotFound, NothingToRegenerate, OverLimit
-]
-ContinueOutcome = Union[Started, Busy, ChatNotFound, RunNotFound, CannotContinue, OverLimit]
-SwitchOutcome = Union[Switched, Busy, ChatNotFound, VersionNotFound]
-BranchOutcome = Union[Branched, Busy, ChatNotFound, RunNotFound]
-StopOutcome = Union[ShownReply, ChatNotFound, RunNotFound]
-DecideOutcome = Union[ShownReply, ChatNotFound, RunNotFound]
-RenameOutcome = Union[Renamed, ChatNotFound]
-DeleteOutcome = Union[Deleted, ChatNotFound]
 
 
 @dataclass(frozen=True)

@@ -176,7 +176,7 @@ def test_use_model_saves_the_choice_without_javascript(
     models_app: tuple[AppServer, ModelsEndpoint, ModelsEndpoint, int],
     open_page: Callable[..., Page],
 ) -> None:
-    server, alpha, beta, _ = models_app
+    server, alpha, _beta, _ = models_app
     page = open_page(server, java_script_enabled=False)
     open_new_chat(page)
     picker(page).select_option("alpha/a-small")

@@ -194,8 +194,7 @@ async def decide(request: Request) -> Response:
             request, exc.status, exc.message, chat=await app.chats.get(owner_of(request), chat_id)
         )
     outcome = await app.chats.decide(
-        owner_of(request),
-        chat_id, request.path_params["run_id"], form.call_id, form.decision
+        owner_of(request), chat_id, request.path_params["run_id"], form.call_id, form.decision
     )
     return await _shown(request, chat_id, outcome)
 
