@@ -9,32 +9,14 @@ count executions across "processes".
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 import asyncpg
 import httpx
 from test_web_approvals import Notes, decision_form, note_agent
-from webhelpers import eventually, parse_html, replies, serve
+from webhelpers import eventually, parse_html, replies, two_processes
 
 from webapp.models import ScriptedModel
-from webapp.runtime.agent import Agent
-from webapp.web import create_app
 from webapp.web.live.cluster import RENEW_SECONDS
-
-
-@contextlib.asynccontextmanager
-async def two_processes(
-    dsn: str, agent_a: Agent, agent_b: Agent
-) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
-    apps = [create_app(dsn, agent=agent_a), create_app(dsn, agent=agent_b)]
-    async with (
-        serve(apps[0]) as base_a,
-        serve(apps[1]) as base_b,
-        httpx.AsyncClient(base_url=base_a, timeout=20) as a,
-        httpx.AsyncClient(base_url=base_b, timeout=20) as b,
-    ):
-        yield a, b
 
 
 async def fetchval(dsn: str, sql: str, *args: object) -> object:
@@ -73,7 +55,7 @@ async def test_a_decision_on_the_other_process_resumes_the_run_there_once(postgr
     notes = Notes()
     agent_a = note_agent(notes, [("write_note", {"text": "pg"})])  # A pauses: one turn
     agent_b = note_agent(notes, "Written on B.")  # B resumes: the model's next turn
-    async with two_processes(postgres_dsn, agent_a, agent_b) as (a, b):
+    async with two_processes(postgres_dsn, {"agent": agent_a}, {"agent": agent_b}) as (a, b):
         chat_id = (await a.post("/chats")).headers["location"].rsplit("/", 1)[1]
         await a.post(f"/chats/{chat_id}/messages", data={"text": "note pg"})
         form = await waiting_on_both(postgres_dsn, a, b, chat_id)
@@ -99,7 +81,7 @@ async def test_decisions_on_both_processes_at_once_execute_once(postgres_dsn: st
     notes = Notes()
     agent_a = note_agent(notes, [("write_note", {"text": "both"})], "Written.")
     agent_b = note_agent(notes, "Written.")
-    async with two_processes(postgres_dsn, agent_a, agent_b) as (a, b):
+    async with two_processes(postgres_dsn, {"agent": agent_a}, {"agent": agent_b}) as (a, b):
         chat_id = (await a.post("/chats")).headers["location"].rsplit("/", 1)[1]
         await a.post(f"/chats/{chat_id}/messages", data={"text": "note both"})
         form = await waiting_on_both(postgres_dsn, a, b, chat_id)

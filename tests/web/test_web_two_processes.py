@@ -10,8 +10,6 @@ one instance acts on a run the other executes, and what the database holds.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 import asyncpg
 import httpx
@@ -24,6 +22,7 @@ from webhelpers import (
     replies,
     serve,
     text_of_fragments,
+    two_processes,
 )
 
 from webapp.models import ScriptedModel
@@ -31,20 +30,6 @@ from webapp.web import create_app
 
 NUMBERS = " ".join(str(i) for i in range(1, 81))
 WORDS = "a reply long enough to be still streaming when the other send arrives"
-
-
-@contextlib.asynccontextmanager
-async def two_processes(
-    dsn: str, model_a: ScriptedModel, model_b: ScriptedModel
-) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
-    apps = [create_app(dsn, model=model_a), create_app(dsn, model=model_b)]
-    async with (
-        serve(apps[0]) as base_a,
-        serve(apps[1]) as base_b,
-        httpx.AsyncClient(base_url=base_a, timeout=20) as a,
-        httpx.AsyncClient(base_url=base_b, timeout=20) as b,
-    ):
-        yield a, b
 
 
 async def new_chat(http: httpx.AsyncClient) -> str:
@@ -70,7 +55,10 @@ async def active_run(dsn: str, chat_id: str) -> str | None:
 
 async def test_a_reply_streams_from_either_process_with_one_set_of_positions(postgres_dsn: str):
     model = ScriptedModel([NUMBERS], chunk_delay=0.02)
-    async with two_processes(postgres_dsn, model, ScriptedModel([])) as (a, b):
+    async with two_processes(postgres_dsn, {"model": model}, {"model": ScriptedModel([])}) as (
+        a,
+        b,
+    ):
         chat_id = await new_chat(a)
         url = await live_reply_url(a, chat_id, "count")
         # A browser on B follows the run A executes: a few events from B ...
@@ -94,7 +82,10 @@ async def test_a_reply_streams_from_either_process_with_one_set_of_positions(pos
 
 async def test_a_page_on_the_other_process_shows_the_run_live(postgres_dsn: str):
     model = ScriptedModel([NUMBERS], chunk_delay=0.03)
-    async with two_processes(postgres_dsn, model, ScriptedModel([])) as (a, b):
+    async with two_processes(postgres_dsn, {"model": model}, {"model": ScriptedModel([])}) as (
+        a,
+        b,
+    ):
         chat_id = await new_chat(a)
         await live_reply_url(a, chat_id, "count")
         await asyncio.sleep(0.5)
@@ -110,7 +101,7 @@ async def test_a_page_on_the_other_process_shows_the_run_live(postgres_dsn: str)
 async def test_one_run_per_chat_is_decided_in_the_database(postgres_dsn: str):
     replies_a = ScriptedModel([WORDS] * 8, chunk_delay=0.05)
     replies_b = ScriptedModel([WORDS] * 8, chunk_delay=0.05)
-    async with two_processes(postgres_dsn, replies_a, replies_b) as (a, b):
+    async with two_processes(postgres_dsn, {"model": replies_a}, {"model": replies_b}) as (a, b):
         chat_id = await new_chat(a)
         for round_ in range(4):
             sent = await asyncio.gather(
@@ -129,7 +120,10 @@ async def test_one_run_per_chat_is_decided_in_the_database(postgres_dsn: str):
 
 async def test_stop_on_one_process_ends_the_run_the_other_executes(postgres_dsn: str):
     model = ScriptedModel([NUMBERS, "after"], chunk_delay=0.05)
-    async with two_processes(postgres_dsn, model, ScriptedModel([])) as (a, b):
+    async with two_processes(postgres_dsn, {"model": model}, {"model": ScriptedModel([])}) as (
+        a,
+        b,
+    ):
         chat_id = await new_chat(a)
         url = await live_reply_url(a, chat_id, "count")
         await read_events(b, url, {}, limit=5)
@@ -156,7 +150,10 @@ async def test_delete_on_one_process_removes_a_chat_whose_run_the_other_executes
     postgres_dsn: str,
 ):
     model = ScriptedModel([NUMBERS], chunk_delay=0.05)
-    async with two_processes(postgres_dsn, model, ScriptedModel([])) as (a, b):
+    async with two_processes(postgres_dsn, {"model": model}, {"model": ScriptedModel([])}) as (
+        a,
+        b,
+    ):
         chat_id = await new_chat(a)
         url = await live_reply_url(a, chat_id, "count")
         await read_events(b, url, {}, limit=3)
@@ -183,7 +180,9 @@ async def test_delete_on_one_process_removes_a_chat_whose_run_the_other_executes
 
 async def test_versions_change_from_either_process(postgres_dsn: str):
     async with two_processes(
-        postgres_dsn, ScriptedModel(["first answer"]), ScriptedModel(["second answer"])
+        postgres_dsn,
+        {"model": ScriptedModel(["first answer"])},
+        {"model": ScriptedModel(["second answer"])},
     ) as (a, b):
         chat_id = await new_chat(a)
         await a.post(f"/chats/{chat_id}/messages", data={"text": "question"})

@@ -428,6 +428,24 @@ def sigterm_during_a_reply(proc: subprocess.Popen[str], base: str) -> tuple[floa
     return ended, exited, proc.stderr.read() if proc.stderr else ""
 
 
+@contextlib.asynccontextmanager
+async def two_processes(
+    dsn: str, app_a: dict[str, Any], app_b: dict[str, Any]
+) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+    """Two apps on one PostgreSQL database (``create_app`` keywords each), each served
+    on loopback, and a client for each."""
+    from webapp.web import create_app
+
+    apps = [create_app(dsn, **app_a), create_app(dsn, **app_b)]
+    async with (
+        serve(apps[0]) as base_a,
+        serve(apps[1]) as base_b,
+        httpx.AsyncClient(base_url=base_a, timeout=20) as a,
+        httpx.AsyncClient(base_url=base_b, timeout=20) as b,
+    ):
+        yield a, b
+
+
 # What each SQLite schema step of the chat database added, undone: a test that needs a
 # file as an older release left it takes the newer steps back, newest first.
 _SQLITE_STEPS_UNDONE: dict[int, tuple[str, ...]] = {
