@@ -240,8 +240,7 @@ def test_a_dead_endpoint_leaves_the_app_working_and_refresh_finds_it_back(
     server, _, _, dead_port = models_app
     page = open_page(server)
     page.goto("/")
-    page.get_by_text("More", exact=True).click()
-    page.get_by_role("link", name="Models", exact=True).click()
+    page.get_by_role("link", name="Tools", exact=True).click()  # the sidebar's
     section = page.get_by_role("region", name="Models", exact=True)
     dead = section.locator("[data-endpoint=dead]")
     expect(dead).to_have_attribute("data-state", "failed")
