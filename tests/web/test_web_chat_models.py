@@ -6,7 +6,7 @@ import socket
 from pathlib import Path
 
 from test_web_recovery import RUN, leave_behind
-from webhelpers import HX, MakeClient, Node, parse_html, replies
+from webhelpers import HX, MakeClient, Node, eventually, parse_html, replies
 
 from webapp.chats.store import ChatStore
 from webapp.chats.users import EVERY_CHAT
@@ -166,6 +166,11 @@ async def test_the_chat_total_is_served_for_the_header(web_client_factory: MakeC
     await client.wait_idle(chat_id)
     state = client.web.runs.latest(chat_id)
     assert state is not None
+
+    async def finished() -> bool:  # its `done` record comes just after the chat's update
+        return state.finished
+
+    await eventually(finished, 10, "the run's done record")
     done = client.web.runs.reply_html(state)
     # The finished reply fetches the header's total again, out of band.
     fetch = parse_html(done).find(hx_get=f"/chats/{chat_id}/usage")
