@@ -112,8 +112,6 @@ class RunStream:
 
     def __init__(self, response: EventSourceResponse) -> None:
         self.response = response
-        self.headers = response.headers
-        self.status_code = response.status_code
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
