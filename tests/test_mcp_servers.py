@@ -134,6 +134,7 @@ async def test_a_server_that_fails_to_start_does_not_stop_the_others(tmp_path: P
         await running.stop()
 
 
+@pytest.mark.slow
 async def test_a_dead_server_is_restarted(servers: McpServers, tmp_path: Path) -> None:
     assert (await call(servers, "test__echo", {"text": "x"})).output == "x"
     os.kill(_server_pid(tmp_path), signal.SIGKILL)
@@ -213,6 +214,7 @@ async def _until(condition, timeout: float = 10.0) -> None:  # type: ignore[no-u
 THIRD_PARTY = Path(__file__).with_name("mcp_servers") / "node_modules" / ".bin"
 
 
+@pytest.mark.slow
 async def test_the_reference_filesystem_server_from_the_registry(tmp_path: Path) -> None:
     """@modelcontextprotocol/server-filesystem, installed by the README's test command."""
     program = THIRD_PARTY / "mcp-server-filesystem"

@@ -23,6 +23,9 @@ import zipfile
 from pathlib import Path
 
 import httpx
+import pytest
+
+pytestmark = pytest.mark.slow  # builds and installs the wheel
 
 ROOT = Path(__file__).resolve().parents[1]
 # Left out of the copy the wheel is built from: history, environments, caches,

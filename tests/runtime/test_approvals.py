@@ -358,6 +358,7 @@ def decide(db: Path, decisions: dict[str, str]) -> None:
     asyncio.run(write())
 
 
+@pytest.mark.slow
 def test_a_crash_in_an_allowed_non_rerunnable_call_asks_again_and_never_reruns(tmp_path):
     db, log = tmp_path / "jobs.db", tmp_path / "effects.log"
     paused = run_worker(db, log, "start", [[["charge", {"amount": 5}]]])
@@ -379,6 +380,7 @@ def test_a_crash_in_an_allowed_non_rerunnable_call_asks_again_and_never_reruns(t
     assert done["output"] == "Charged." and effects(log) == ["charge:5", "charge:5"]
 
 
+@pytest.mark.slow
 def test_a_crash_in_a_fresh_non_rerunnable_call_pauses_it_as_may_have_run(tmp_path):
     db, log = tmp_path / "jobs.db", tmp_path / "effects.log"
     proc = worker(db, log, "start", [[["transfer", {}]]], hang="transfer")
@@ -388,6 +390,7 @@ def test_a_crash_in_a_fresh_non_rerunnable_call_pauses_it_as_may_have_run(tmp_pa
     assert (name, may_have_run) == ("transfer", True) and effects(log) == ["transfer"]
 
 
+@pytest.mark.slow
 def test_a_crash_in_an_allowed_rerunnable_call_runs_it_again(tmp_path):
     db, log = tmp_path / "jobs.db", tmp_path / "effects.log"
     [[call_id, _, _]] = run_worker(db, log, "start", [[["lookup", {"q": "atlas"}]]])["pending"]
@@ -398,6 +401,7 @@ def test_a_crash_in_an_allowed_rerunnable_call_runs_it_again(tmp_path):
     assert done["output"] == "Found it." and effects(log) == ["lookup:atlas", "lookup:atlas"]
 
 
+@pytest.mark.slow
 def test_a_kill_between_the_decision_and_the_resume_runs_the_call_exactly_once(tmp_path):
     db, log = tmp_path / "jobs.db", tmp_path / "effects.log"
     [[call_id, _, _]] = run_worker(db, log, "start", [[["charge", {"amount": 9}]]])["pending"]

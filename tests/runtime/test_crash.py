@@ -19,6 +19,8 @@ import pytest
 from webapp import PostgresCheckpointer, PostgresSession, SQLiteCheckpointer, SQLiteSession
 from webapp.transcript import ToolCallEntry, ToolResultEntry
 
+pytestmark = pytest.mark.slow  # worker processes killed and run again
+
 WORKER = Path(__file__).with_name("crash_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
 

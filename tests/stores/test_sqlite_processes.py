@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 APPENDS = 120
 
@@ -124,6 +126,7 @@ def run_child(db: Path, wal: str, how: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_an_append_that_returned_survives_sigkill(tmp_path: Path) -> None:
     for wal in ("wal", "rollback"):
         db = tmp_path / f"{wal}.db"

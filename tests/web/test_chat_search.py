@@ -199,7 +199,11 @@ def _old_main(tmp: Path) -> Path:
     ).stdout
     target = tmp / "old-main"
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(target, filter="data")
+        # Our own archive; the filter argument came with 3.11.4 (Debian 12 has 3.11.2).
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(target, filter="data")
+        else:
+            tar.extractall(target)
     return target
 
 

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from webhelpers import MakeClient
 
 from webapp.chats.tree import Node, Tree, Versions, continued
@@ -90,6 +91,7 @@ def _state(db: Path, chat_id: str) -> tuple[list[str], list[str], list[str], Tre
     return session, archived, [r[0] for r in rows], tree
 
 
+@pytest.mark.slow
 async def test_kill_9_during_switches_loses_no_version_and_duplicates_none(
     web_client_factory: MakeClient, tmp_path: Path
 ):

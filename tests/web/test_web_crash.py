@@ -37,6 +37,8 @@ async def never(self, run_id, entries, head):
 
 sqlite_checkpoint.SQLiteCheckpointer.append = never
 from webapp.__main__ import main
+
+pytestmark = pytest.mark.slow  # real servers killed with SIGKILL and restarted
 sys.exit(main(sys.argv[1:]))
 """
 

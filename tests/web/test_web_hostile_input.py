@@ -24,7 +24,10 @@ from webhelpers import MakeClient, cli_env, free_port, parse_html, stop_process,
 from webapp.chats.store import ChatStore
 from webapp.chats.users import EVERY_CHAT
 
-STATIC_BOUND = 0.1  # seconds a static file may take while the costly request runs
+# Seconds a static file may take while the costly request runs. The costly work
+# takes a second or more: on the event loop it would hold a static file that long.
+# Only that order of magnitude is asserted, with room for a busy two-core machine.
+STATIC_BOUND = 0.5
 
 
 @pytest.fixture

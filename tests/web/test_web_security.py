@@ -56,6 +56,19 @@ def test_hostile_markdown_is_inert_and_visible_as_text():
     ]
 
 
+def test_an_image_is_shown_as_its_link_without_the_bang():
+    root = parse_html(str(render_markdown("See ![a cat](https://example.com/c.png) here.")))
+    assert root.find_all("img") == []
+    [link] = root.find_all("a")
+    assert link.attrs["href"] == "https://example.com/c.png"
+    assert root.text().strip() == "See a cat here."
+    # a "!" that starts no link stays, and so does one escaped before a link
+    assert parse_html(str(render_markdown("Wow! ![not a link"))).text().strip() == (
+        "Wow! ![not a link"
+    )
+    assert parse_html(str(render_markdown("\\![x](/y)"))).text().strip() == "!x"
+
+
 def test_code_blocks_are_highlighted_with_a_copy_button():
     root = parse_html(str(render_markdown("```python\nprint('<hi>')\n```")))
     block = root.find(class_="codeblock")

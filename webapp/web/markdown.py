@@ -8,7 +8,8 @@ named for the attack it stops:
   and scheme-less relative links): ``javascript:`` and ``data:`` links render
   as plain text;
 - images are disabled: the CSP only allows same-origin images, and a remote
-  image would be a tracking beacon anyway, so ``![x](url)`` stays a link;
+  image would be a tracking beacon anyway, so ``![x](url)`` is shown as the
+  link ``[x](url)``, without the ``!``;
 - math is re-serialised from the converter's element tree, never taken as
   the converter's string: that string un-escapes text, so ``\\text{<script>}``
   would come out as a real tag, and ``\\href``, ``\\style`` and ``\\class`` would
@@ -36,6 +37,7 @@ from markdown_it import MarkdownIt
 from markdown_it.renderer import RendererHTML
 from markdown_it.rules_block import StateBlock
 from markdown_it.rules_inline import StateInline
+from markdown_it.rules_inline import link as link_rule
 from markdown_it.token import Token
 from markdown_it.utils import EnvType, OptionsDict
 from markupsafe import Markup, escape
@@ -462,10 +464,23 @@ def _render_math(
     return mathml + "\n" if token.block else mathml
 
 
+def _image_as_link(state: StateInline, silent: bool) -> bool:
+    """``![alt](url)`` as the link ``[alt](url)``: the ``!`` goes with the image."""
+    start = state.pos
+    if state.src[start : start + 2] != "![":
+        return False
+    state.pos = start + 1
+    if link_rule(state, silent):
+        return True
+    state.pos = start  # not a link after all: the "!" stays text
+    return False
+
+
 def _build() -> MarkdownIt:
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
     md.enable(["table", "strikethrough"])
     md.disable("image")
+    md.inline.ruler.before("link", "image_as_link", _image_as_link)
     md.validateLink = _validate_link  # type: ignore[method-assign]
     md.add_render_rule("link_open", _render_link_open)
     md.add_render_rule("fence", _fence)
