@@ -6,7 +6,7 @@ that fetches rows and executes statements. `open_chat_db` picks the back end
 from the location: a file path is the SQLite file the app has always used
 (one connection, group commit); a ``postgresql://`` URL is a pool on that
 database, shared by any number of processes. Where the dialects differ (the
-search index, a session append's lock) the code asks ``tx.dialect``.
+search index) the code asks ``tx.dialect``.
 
 On SQLite a transaction is a job of the store's one connection
 (`webapp.stores.sqlite.SQLiteStore`: writes serialized, queued ones committed
@@ -16,107 +16,36 @@ awaits holds up the store's other jobs and the file's write lock meanwhile,
 so it should await nothing but its ``tx``; it must not call the chat
 database itself (refused: it would wait for itself).
 
-On PostgreSQL the ``?`` placeholders become ``$1``, ``$2``... once per
-statement text (cached), and a statement's row count comes from its status
-tag. A parameter PostgreSQL cannot type from its context is written with a
-CAST in the shared SQL (SQLite accepts the same CAST).
+The transaction itself, and every difference between the dialects
+(placeholders, row counts, locks, scripts), is `webapp.stores.tx`'s: the
+stores' own rules are written against the same `Tx`.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from typing import Any, Literal, Protocol, TypeVar
-
-import aiosqlite
-import asyncpg
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Protocol, TypeVar
 
 from webapp.stores import postgres_checkpoint, postgres_session, sqlite_checkpoint, sqlite_session
 from webapp.stores.postgres import PostgresBacked
 from webapp.stores.sqlite import SQLiteBacked
+from webapp.stores.tx import Dialect, PostgresTx, SQLiteTx, Tx, numbered
+
+__all__ = [
+    "ChatDatabase",
+    "Dialect",
+    "PostgresTx",
+    "SQLiteTx",
+    "Tx",
+    "TxFn",
+    "numbered",
+    "open_chat_db",
+]
 
 T = TypeVar("T")
 B = TypeVar("B", bound="_SQLiteChats | _PostgresChats")
-Dialect = Literal["sqlite", "postgresql"]
-
-
-class Tx(Protocol):
-    """One open transaction of the chat database."""
-
-    dialect: Dialect
-
-    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]: ...
-
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Run one statement; returns how many rows it changed."""
-        ...
-
-    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
-
-
 TxFn = Callable[[Tx], Coroutine[Any, Any, T]]
-
-
-class SQLiteTx:
-    """A transaction on the store's aiosqlite connection, opened and ended by the store."""
-
-    dialect: Dialect = "sqlite"
-
-    def __init__(self, db: aiosqlite.Connection) -> None:
-        self.db = db
-
-    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
-        return list(await self.db.execute_fetchall(sql, params))
-
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        cursor = await self.db.execute(sql, params)
-        return cursor.rowcount
-
-    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        batch = [tuple(r) for r in rows]
-        if batch:  # nothing to send the connection's thread
-            await self.db.executemany(sql, batch)
-
-
-_PLACEHOLDER = re.compile(r"\?")
-_numbered: dict[str, str] = {}
-
-
-def numbered(sql: str) -> str:
-    """``?`` placeholders as PostgreSQL's ``$1``, ``$2``... (the chat SQL has no ``?``
-    inside a string literal)."""
-    found = _numbered.get(sql)
-    if found is None:
-        count = iter(range(1, 1 << 16))
-        found = _PLACEHOLDER.sub(lambda _: f"${next(count)}", sql)
-        if len(_numbered) < 4096:
-            _numbered[sql] = found
-    return found
-
-
-def _row_count(status: str) -> int:
-    """Rows changed, from a status tag such as "UPDATE 3" or "INSERT 0 1"."""
-    last = status.rpartition(" ")[2]
-    return int(last) if last.isdigit() else 0
-
-
-class PostgresTx:
-    dialect: Dialect = "postgresql"
-
-    def __init__(self, conn: asyncpg.Connection) -> None:
-        self.conn = conn
-
-    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Sequence[Any]]:
-        return list(await self.conn.fetch(numbered(sql), *params))
-
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return _row_count(await self.conn.execute(numbered(sql), *params))
-
-    async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        batch = [tuple(r) for r in rows]
-        if batch:
-            await self.conn.executemany(numbered(sql), batch)
 
 
 class ChatDatabase(Protocol):

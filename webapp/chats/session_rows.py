@@ -4,42 +4,24 @@ Versions move whole segments between the session (``session_segments``, the
 shown path) and the archive (``chat_runs``) inside one `ChatStore`
 transaction, so these work on that transaction (`webapp.chats.db.Tx`) with
 segments exactly as stored (`StoredSegment`): never re-encoded. An append here
-writes the row the session store itself would (the same position rules and
-the same idempotence); on PostgreSQL it takes the session's write lock first,
-as `PostgresSession.append` does, so the two never pick the same position.
+is the session store's own (`webapp.stores.segment_rows`): the same statement,
+the same idempotence and the same write lock, so the two never pick the same
+position.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from webapp.chats.db import Tx, numbered
+from webapp.chats.db import Tx
 from webapp.stores.codec import StoredSegment
-from webapp.stores.postgres_session import LOCK_SQL
-
-# Positional twin of each store's own append: the new row's position comes from
-# the current last row; re-appending a stored run_id does nothing.
-_APPEND = """
-INSERT INTO session_segments
-    (session_id, seq, run_id, first_entry, entry_count, entries_json, meta_json)
-SELECT ?, COALESCE(MAX(seq), 0) + 1, ?,
-       COALESCE((SELECT first_entry + entry_count FROM session_segments
-                 WHERE session_id = ? ORDER BY seq DESC LIMIT 1), 0),
-       ?, ?, ?
-FROM session_segments WHERE session_id = ?
-ON CONFLICT (session_id, run_id) DO NOTHING
-"""
-
-# asyncpg takes the lock's statement as written ($1): only its text differs.
-_LOCK = LOCK_SQL.replace("$1", "?")
-assert numbered(_LOCK) == LOCK_SQL
+from webapp.stores.segment_rows import append_params, append_rows, lock_session
 
 
 async def cut_segments(tx: Tx, session_id: str, from_run_id: str) -> list[StoredSegment]:
     """Remove segment ``from_run_id`` and every later one; returns them in order
     (none if the session has no such segment). A rewind to that segment's start."""
-    if tx.dialect == "postgresql":
-        await tx.execute(_LOCK, (session_id,))
+    await lock_session(tx, session_id)
     rows = await tx.fetch(
         "SELECT seq, run_id, entry_count, entries_json, meta_json FROM session_segments "
         "WHERE session_id = ? AND seq >= (SELECT seq FROM session_segments "
@@ -55,17 +37,16 @@ async def cut_segments(tx: Tx, session_id: str, from_run_id: str) -> list[Stored
 
 
 async def append_segments(tx: Tx, session_id: str, segments: Iterable[StoredSegment]) -> None:
-    """Append stored segments at the end, as the session store's append would."""
-    rows = [
-        (session_id, s.run_id, session_id, s.entry_count, s.entries_json, s.meta_json, session_id)
-        for s in segments
-    ]
-    if not rows:
-        return
-    if tx.dialect == "postgresql":
-        await tx.execute(_LOCK, (session_id,))
-    for row in rows:  # one at a time: each position follows the row before it
-        await tx.execute(_APPEND, row)
+    """Append stored segments at the end: the session store's own rule
+    (`webapp.stores.segment_rows`)."""
+    await append_rows(
+        tx,
+        session_id,
+        (
+            append_params(session_id, s.run_id, s.entry_count, s.entries_json, s.meta_json)
+            for s in segments
+        ),
+    )
 
 
 async def stored_segments(tx: Tx, session_id: str) -> list[StoredSegment]:

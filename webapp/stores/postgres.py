@@ -54,13 +54,15 @@ from typing import Any, ClassVar, Self, TypeVar
 
 import asyncpg
 
+from webapp.stores.migrations import Schema, SchemaVersionError
+from webapp.stores.tx import PostgresTx
+
 __all__ = [
     "LOCK_PURPOSES",
     "Fence",
     "FencedOffError",
     "LockLostError",
     "PostgresBacked",
-    "PostgresSchema",
     "PostgresStore",
     "SchemaVersionError",
     "StoreUnavailableError",
@@ -79,7 +81,6 @@ T = TypeVar("T")
 ConnFn = Callable[[asyncpg.Connection], Awaitable[T]]
 
 LOCK_PURPOSES = ("webapp.schema", "webapp.session", "webapp.chat")
-SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(hashtext('webapp.schema'), 0)"
 
 _BACKOFF_START = 0.01
 _BACKOFF_MAX = 0.5
@@ -87,10 +88,6 @@ _BACKOFF_MAX = 0.5
 
 class StoreUnavailableError(ConnectionError):
     """The database stayed unreachable past ``reconnect_timeout``."""
-
-
-class SchemaVersionError(RuntimeError):
-    """The database holds a schema this code cannot use (newer, or no migration path)."""
 
 
 class LockLostError(RuntimeError):
@@ -230,56 +227,6 @@ def _lost_alone(exc: BaseException) -> bool:
 _FINAL = (StoreUnavailableError, LockLostError, FencedOffError)
 
 
-@dataclass(frozen=True)
-class PostgresSchema:
-    """A store's tables, recorded as ``(name, version)`` in ``schema_versions``.
-
-    ``sql`` creates the current version (``IF NOT EXISTS`` throughout);
-    ``migrations`` maps an old version ``v`` to the SQL that upgrades it to
-    ``v + 1``. Several schemas (different names) share one database.
-    """
-
-    name: str
-    version: int
-    sql: str
-    migrations: Mapping[int, str]
-
-    async def apply(self, conn: asyncpg.Connection, where: str) -> None:
-        """Create or migrate the tables in one transaction, serialized across processes."""
-        async with conn.transaction():
-            await conn.execute(SCHEMA_LOCK)
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_versions "
-                "(name TEXT PRIMARY KEY, version INTEGER NOT NULL)"
-            )
-            found = await conn.fetchval(
-                "SELECT version FROM schema_versions WHERE name = $1", self.name
-            )
-            if found == self.version:
-                return
-            if found is None:
-                await conn.execute(self.sql)
-            elif found > self.version:
-                raise SchemaVersionError(
-                    f"{where} holds {self.name!r} schema version {found}, newer than this "
-                    f"code's {self.version}; upgrade the application to use it"
-                )
-            else:
-                for version in range(found, self.version):
-                    if version not in self.migrations:
-                        raise SchemaVersionError(
-                            f"no migration for {self.name!r} from schema version {version} "
-                            f"to {version + 1} in {where}"
-                        )
-                    await conn.execute(self.migrations[version])
-            await conn.execute(
-                "INSERT INTO schema_versions (name, version) VALUES ($1, $2) "
-                "ON CONFLICT (name) DO UPDATE SET version = excluded.version",
-                self.name,
-                self.version,
-            )
-
-
 class PostgresStore:
     """A lazily opened asyncpg pool on one database, with the store's schema applied.
 
@@ -325,7 +272,7 @@ class PostgresStore:
                 f"reconnect_timeout must be a positive number of seconds, got {reconnect_timeout!r}"
             )
         self.dsn = dsn
-        self.schema = PostgresSchema(schema_name, schema_version, schema_sql, migrations or {})
+        self.schema = Schema(schema_name, schema_version, schema_sql, migrations or {})
         self.max_connections = max_connections
         self.reconnect_timeout = reconnect_timeout
         self._pool: asyncpg.Pool | None = None
@@ -475,8 +422,8 @@ class PostgresStore:
                     max_size=self.max_connections,
                     server_settings=self._server_settings(),
                 )
-                async with pool.acquire() as conn:
-                    await self.schema.apply(conn, where)
+                async with pool.acquire() as conn, conn.transaction():
+                    await self.schema.apply(PostgresTx(conn), where)
                 return pool
             except BaseException as exc:
                 if pool is not None:

@@ -28,6 +28,7 @@ import uuid
 import asyncpg
 
 from webapp.stores.checkpoint import RunHead, RunSnapshot
+from webapp.stores.checkpoint_rows import POSTGRES_SAVE
 from webapp.stores.codec import decode_checkpoint_entries, decode_head, encode_head
 from webapp.stores.postgres import PostgresBacked
 from webapp.transcript import Entry, entry_to_dict
@@ -49,24 +50,7 @@ CREATE TABLE IF NOT EXISTS checkpoint_entries (
 );
 """
 
-# $1 run_id, $2 head_json, $3 the new entries (text[]), $4 save_id.
-# The head is upserted first (locking its row); RETURNING gives the count
-# after this save, from which the new entries' positions follow.
-SAVE_SQL = """
-WITH head AS (
-    INSERT INTO checkpoint_heads AS h (run_id, head_json, entry_count, save_id)
-    VALUES ($1, $2, cardinality($3::text[]), $4)
-    ON CONFLICT (run_id) DO UPDATE SET
-        head_json = excluded.head_json,
-        entry_count = h.entry_count + excluded.entry_count,
-        save_id = excluded.save_id
-    WHERE h.save_id <> excluded.save_id
-    RETURNING h.entry_count
-)
-INSERT INTO checkpoint_entries (run_id, idx, entry_json)
-SELECT $1, head.entry_count - cardinality($3::text[]) + new.ord::integer - 1, new.entry_json
-FROM head, unnest($3::text[]) WITH ORDINALITY AS new (entry_json, ord)
-"""
+SAVE_SQL = POSTGRES_SAVE  # the statement (`webapp.stores.checkpoint_rows`)
 
 LOAD_SQL = """
 SELECT h.head_json, h.entry_count,

@@ -29,6 +29,7 @@ from typing import Any
 
 import asyncpg
 
+from webapp.stores import segment_rows
 from webapp.stores.codec import (
     SQL_INT_MAX,
     check_id,
@@ -47,6 +48,7 @@ from webapp.stores.session import (
     new_run_id,
     plan_rewind,
 )
+from webapp.stores.tx import PostgresTx
 from webapp.transcript import Entry
 
 SCHEMA_NAME = "session"
@@ -67,23 +69,6 @@ CREATE INDEX IF NOT EXISTS session_segments_end
     ON session_segments (session_id, (first_entry + entry_count));
 """
 
-LOCK_SQL = "SELECT pg_advisory_xact_lock(hashtext('webapp.session'), hashtext($1))"
-
-# Run under the session's lock: the position comes from the current last row
-# (one index lookup). Re-appending a stored run_id does nothing.
-APPEND_SQL = """
-INSERT INTO session_segments
-    (session_id, seq, run_id, first_entry, entry_count, entries_json, meta_json)
-SELECT $1, COALESCE(last.seq, 0) + 1, $2, COALESCE(last.first_entry + last.entry_count, 0),
-       $3, $4, $5
-FROM (SELECT 1) AS one
-LEFT JOIN LATERAL (
-    SELECT seq, first_entry, entry_count FROM session_segments
-    WHERE session_id = $1 ORDER BY seq DESC LIMIT 1
-) AS last ON true
-ON CONFLICT (session_id, run_id) DO NOTHING
-"""
-
 # The rows a rewind can touch: those ending past the cut, through the index.
 TAIL_SQL = """
 SELECT seq, run_id, first_entry, entries_json FROM session_segments
@@ -93,7 +78,7 @@ WHERE session_id = $1 AND first_entry + entry_count > $2 ORDER BY seq
 
 async def lock_session(conn: asyncpg.Connection, session_id: str) -> None:
     """Take ``session_id``'s write lock until the end of the open transaction."""
-    await conn.execute(LOCK_SQL, session_id)
+    await segment_rows.lock_session(PostgresTx(conn), session_id)
 
 
 _TRIM_ROWS = """
@@ -146,7 +131,7 @@ class PostgresSession(PostgresBacked):
         run_id = run_id or new_run_id()
         items = list(entries)
         # Encoded before any connection is taken: bad input fails this call alone.
-        args = (
+        params = segment_rows.append_params(
             check_id("session_id", session_id),
             check_id("run_id", run_id),
             len(items),
@@ -155,8 +140,7 @@ class PostgresSession(PostgresBacked):
         )
 
         async def add(conn: asyncpg.Connection) -> None:
-            await lock_session(conn, session_id)
-            await conn.execute(APPEND_SQL, *args)
+            await segment_rows.append_rows(PostgresTx(conn), session_id, [params])
 
         await self._store.transaction(add)
         return run_id

@@ -183,7 +183,7 @@ class SQLiteStore:
         self.schema_version = schema_version
         self.busy_timeout = busy_timeout
         self.synchronous = synchronous
-        self._schema = Schema.parse(schema_name, schema_version, schema_sql, migrations)
+        self._schema = Schema(schema_name, schema_version, schema_sql, migrations or {}).check()
         self._db: aiosqlite.Connection | None = None
         self._jobs: deque[_Job] = deque()
         self._worker: asyncio.Task[None] | None = None

@@ -17,6 +17,7 @@ from typing import Any
 import aiosqlite
 
 from webapp.stores.checkpoint import RunHead, RunSnapshot
+from webapp.stores.checkpoint_rows import SQLITE_SAVE_ENTRIES, SQLITE_SAVE_HEAD
 
 # The row decoding is shared with PostgreSQL (webapp.stores.codec).
 from webapp.stores.codec import decode_checkpoint_entries as _decode_entries
@@ -38,19 +39,6 @@ CREATE TABLE IF NOT EXISTS checkpoint_entries (
     entry_json TEXT    NOT NULL,
     PRIMARY KEY (run_id, idx)
 );
-"""
-
-# New entries go after the stored ones; the head row (read in the same
-# transaction) says how many there are.
-_INSERT_ENTRY = """
-INSERT INTO checkpoint_entries (run_id, idx, entry_json)
-VALUES (?1, COALESCE((SELECT entry_count FROM checkpoint_heads WHERE run_id = ?1), 0) + ?2, ?3)
-"""
-_UPSERT_HEAD = """
-INSERT INTO checkpoint_heads (run_id, head_json, entry_count) VALUES (?1, ?2, ?3)
-ON CONFLICT (run_id) DO UPDATE SET
-    head_json = excluded.head_json,
-    entry_count = checkpoint_heads.entry_count + excluded.entry_count
 """
 
 
@@ -82,8 +70,8 @@ class SQLiteCheckpointer(SQLiteBacked):
 
         async def save(db: aiosqlite.Connection) -> None:
             if rows:
-                await db.executemany(_INSERT_ENTRY, rows)
-            await db.execute(_UPSERT_HEAD, (run_id, head_json, len(rows)))
+                await db.executemany(SQLITE_SAVE_ENTRIES, rows)
+            await db.execute(SQLITE_SAVE_HEAD, (run_id, head_json, len(rows)))
 
         await self._store.write(save)
 

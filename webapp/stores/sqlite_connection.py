@@ -32,11 +32,13 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import aiosqlite
+
+from webapp.stores.migrations import Schema
+from webapp.stores.tx import SQLiteTx, split_statements
 
 __all__ = [
     "DbFn",
@@ -84,25 +86,6 @@ def _has_code(exc: BaseException, primary: int, message: str) -> bool:
     if code is not None:
         return (code & 0xFF) == primary  # extended codes keep the primary one in the low byte
     return message in str(exc)
-
-
-def split_statements(sql: str) -> list[str]:
-    """Split a script into complete statements (semicolons inside literals or triggers kept).
-
-    ``executescript`` would COMMIT the open transaction first, so schemas are
-    run one statement at a time inside the store's own transaction instead.
-    """
-    statements: list[str] = []
-    buf = ""
-    for piece in sql.split(";"):
-        buf += piece + ";"
-        if sqlite3.complete_statement(buf):
-            if buf.strip(" \t\r\n;"):
-                statements.append(buf.strip())
-            buf = ""
-    if buf.strip(" \t\r\n;"):
-        raise ValueError(f"schema SQL ends with an incomplete statement: {buf.strip()!r}")
-    return statements
 
 
 # --- lock waits -------------------------------------------------------------------
@@ -173,63 +156,6 @@ def _in_transaction(begin: str, fn: DbFn[T]) -> DbFn[T]:
 # --- schema -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Schema:
-    """A store's tables, recorded as ``(name, version)`` in ``schema_versions``.
-
-    ``migrations`` maps an old version ``v`` to the statements that upgrade it
-    to ``v + 1``. Several schemas (different names) may share one file.
-    """
-
-    name: str
-    version: int
-    statements: tuple[str, ...]
-    migrations: Mapping[int, tuple[str, ...]]
-
-    @classmethod
-    def parse(
-        cls, name: str, version: int, sql: str, migrations: Mapping[int, str] | None = None
-    ) -> Schema:
-        """Split ``sql`` and each migration into statements now, so a typo fails at once."""
-        steps = {v: tuple(split_statements(m)) for v, m in (migrations or {}).items()}
-        return cls(name, version, tuple(split_statements(sql)), steps)
-
-    async def apply(self, db: aiosqlite.Connection, path: str) -> None:
-        """Create or migrate the tables; call inside an open write transaction."""
-        await db.execute(
-            "CREATE TABLE IF NOT EXISTS schema_versions "
-            "(name TEXT PRIMARY KEY, version INTEGER NOT NULL)"
-        )
-        rows = list(
-            await db.execute_fetchall(
-                "SELECT version FROM schema_versions WHERE name = ?", (self.name,)
-            )
-        )
-        found = int(rows[0][0]) if rows else None
-        if found is None:
-            for statement in self.statements:
-                await db.execute(statement)
-        elif found > self.version:
-            raise sqlite3.OperationalError(
-                f"{path!r} holds {self.name!r} schema version {found}, newer than "
-                f"this code's {self.version}; upgrade the application to open it"
-            )
-        else:
-            for version in range(found, self.version):
-                if version not in self.migrations:
-                    raise sqlite3.OperationalError(
-                        f"no migration for {self.name!r} from schema version {version} "
-                        f"to {version + 1} in {path!r}"
-                    )
-                for statement in self.migrations[version]:
-                    await db.execute(statement)
-        await db.execute(
-            "INSERT INTO schema_versions (name, version) VALUES (?, ?) "
-            "ON CONFLICT (name) DO UPDATE SET version = excluded.version",
-            (self.name, self.version),
-        )
-
-
 # --- opening ----------------------------------------------------------------------
 
 
@@ -250,7 +176,9 @@ async def open_connection(
     db = await _connect(path, busy_timeout, retry_delays)
     try:
         await _configure(db, path, wal=wal, busy_timeout=busy_timeout, synchronous=synchronous)
-        apply = _in_transaction("BEGIN IMMEDIATE", lambda conn: schema.apply(conn, path))
+        apply = _in_transaction(
+            "BEGIN IMMEDIATE", lambda conn: schema.apply(SQLiteTx(conn), repr(path))
+        )
         await retrying(db, apply, LockWait(path, busy_timeout), "running a transaction")
     except BaseException:
         await db.close()

@@ -31,6 +31,7 @@ from webapp.stores.codec import decode_segments as _decode_segments
 from webapp.stores.codec import encode_entries as _encode_entries
 from webapp.stores.codec import encode_meta as _encode_meta
 from webapp.stores.codec import trimmed_rows as _trimmed_rows
+from webapp.stores.segment_rows import APPEND_SQL, append_params
 from webapp.stores.session import (
     Segment,
     check_non_negative,
@@ -57,24 +58,6 @@ CREATE TABLE IF NOT EXISTS session_segments (
 );
 CREATE INDEX IF NOT EXISTS session_segments_end
     ON session_segments (session_id, first_entry + entry_count);
-"""
-
-# The position of a new row comes from the current last row: two index
-# lookups, however long the session. Re-appending a stored run_id hits the
-# UNIQUE constraint and does nothing (idempotent append).
-_APPEND = """
-INSERT INTO session_segments
-    (session_id, seq, run_id, first_entry, entry_count, entries_json, meta_json)
-VALUES (
-    :sid,
-    COALESCE((SELECT seq FROM session_segments
-              WHERE session_id = :sid ORDER BY seq DESC LIMIT 1), 0) + 1,
-    :rid,
-    COALESCE((SELECT first_entry + entry_count FROM session_segments
-              WHERE session_id = :sid ORDER BY seq DESC LIMIT 1), 0),
-    :count, :entries, :meta
-)
-ON CONFLICT (session_id, run_id) DO NOTHING
 """
 
 # The rows a rewind can touch: those ending past the cut. The condition
@@ -133,15 +116,16 @@ class SQLiteSession(SQLiteBacked):
         run_id = run_id or new_run_id()
         items = list(entries)
         # Encoded here, in the caller's task: bad input fails this call alone.
-        params = {
-            "sid": _check_id("session_id", session_id),
-            "rid": _check_id("run_id", run_id),
-            "count": len(items),
-            "entries": _encode_entries(items),
-            "meta": _encode_meta(meta),
-        }
-        # One statement: concurrent appends share one executemany per batch.
-        await self._store.execute(_APPEND, params)
+        params = append_params(
+            _check_id("session_id", session_id),
+            _check_id("run_id", run_id),
+            len(items),
+            _encode_entries(items),
+            _encode_meta(meta),
+        )
+        # One statement: concurrent appends share one executemany per batch (SQLite has
+        # one writer per file: the session's lock is nothing to take here).
+        await self._store.execute(APPEND_SQL, params)
         return run_id
 
     async def clear(self, session_id: str) -> None:
