@@ -10,12 +10,10 @@ durable as interrupted and nothing waits in memory (`webapp.runtime.approvals`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from typing import Union
 
+from webapp.runtime.result import PendingApproval, RunResult
 from webapp.transcript import Entry, ToolCallEntry, ToolResultEntry
-
-if TYPE_CHECKING:
-    from webapp.runtime.result import RunResult
 
 
 @dataclass(frozen=True)
@@ -70,15 +68,6 @@ class RunFailed:
 @dataclass(frozen=True)
 class RunCancelled:
     entries: list[Entry] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class PendingApproval:
-    """A call waiting for the user; ``may_have_run``: a crash cut it short, it may
-    have had its effect already."""
-
-    call: ToolCallEntry
-    may_have_run: bool = False
 
 
 @dataclass(frozen=True)

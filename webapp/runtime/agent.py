@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
 from webapp.runtime.tool import RunContext, Tool
-from webapp.transcript import ToolCallEntry, ToolResultEntry
+from webapp.transcript import Entry, ToolCallEntry, ToolResultEntry
+from webapp.usage import Usage
 
 if TYPE_CHECKING:
     from webapp.runtime.context_policy import ContextPolicy
     from webapp.runtime.model import Model
-    from webapp.runtime.result import RunResult
 
 Instructions = Union[str, Callable[[RunContext], str | Awaitable[str]]]
 OutputGuardrail = Callable[[RunContext, str], Any]
@@ -87,3 +87,29 @@ class Agent:
     def find(self, name: str) -> Agent | None:
         """The agent called ``name`` in this agent's handoff graph (itself included)."""
         return next((agent for agent in self.graph() if agent.name == name), None)
+
+
+# What a run of an agent returns, here beside the agent it names (its hooks see it):
+# `webapp.runtime.result` is where callers import them from.
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    """A call waiting for the user; ``may_have_run``: a crash cut it short, it may
+    have had its effect already."""
+
+    call: ToolCallEntry
+    may_have_run: bool = False
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    output: str
+    entries: list[Entry]  # this run's own entries: its input and what it produced
+    usage: Usage
+    turns: int
+    finish_reason: str | None  # a replay reports the one its completed head kept
+    final_agent: Agent
+    # A paused run's calls waiting for the user (output is then ""); empty once finished.
+    interruptions: list[PendingApproval] = field(default_factory=list)

@@ -1,26 +1,11 @@
-"""What a finished run returns."""
+"""What a finished run returns: `RunResult`, and a paused run's `PendingApproval` calls.
+
+Both are defined beside `Agent` (`webapp.runtime.agent`), whose hooks receive a
+result and which a result names; this is the module to import them from.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from webapp.runtime.agent import PendingApproval, RunResult
 
-from webapp.transcript import Entry
-from webapp.usage import Usage
-
-if TYPE_CHECKING:
-    from webapp.events import PendingApproval
-    from webapp.runtime.agent import Agent
-
-
-@dataclass(frozen=True)
-class RunResult:
-    run_id: str
-    output: str
-    entries: list[Entry]  # this run's own entries: its input and what it produced
-    usage: Usage
-    turns: int
-    finish_reason: str | None  # a replay reports the one its completed head kept
-    final_agent: Agent
-    # A paused run's calls waiting for the user (output is then ""); empty once finished.
-    interruptions: list[PendingApproval] = field(default_factory=list)
+__all__ = ["PendingApproval", "RunResult"]
