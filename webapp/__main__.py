@@ -76,6 +76,16 @@ def at_least_one(value: str) -> int:
     return number
 
 
+def lease_seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not 1.0 <= number < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, at least 1, got {value!r}")
+    return number
+
+
 @dataclass(frozen=True)
 class Machine:
     """This machine's own host names and addresses, as a Host header may carry them."""
@@ -256,6 +266,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="N",
         help="tokens (in + out) one person's replies may use per UTC day "
         "(env WEBAPP_MAX_TOKENS_PER_DAY)",
+    )
+    parser.add_argument(
+        "--lease-seconds",
+        type=lease_seconds,
+        default=env("WEBAPP_LEASE_SECONDS") or None,
+        metavar="SECONDS",
+        help="with several processes on PostgreSQL: how long a run's lease lasts unrenewed, "
+        "i.e. how soon another process resumes the runs of one that died "
+        "(env WEBAPP_LEASE_SECONDS; default 10)",
     )
     parser.add_argument(
         "--log-level",
@@ -501,6 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             config=config,
             auth=AuthSettings(args.auth, args.auth_header, tuple(args.trusted_proxies)),
             limits=Limits(args.max_runs_per_user, args.max_tokens_per_day),
+            lease_seconds=args.lease_seconds,
         )
     except ValueError as exc:
         print(f"webapp: {exc}", file=sys.stderr)

@@ -44,6 +44,9 @@ from webhelpers import Node, SSEvent, parse_html, parse_sse
 PHASE_REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()  # filled by conftest's hook
 HTTP_TIMEOUT = 10.0
 STREAM_TIMEOUT = 60.0  # the longest any test reads one event stream
+# Leases last this long unrenewed (--lease-seconds): a dead process's runs are taken
+# over within seconds, not the default 10, so the takeover tests are quick.
+LEASE_SECONDS = 3.0
 
 
 @dataclass
@@ -53,7 +56,7 @@ class ClusterApp(AppServer):
     name: str = "app"
 
     def command(self) -> list[str]:
-        return [*super().command(), "--host", "127.0.0.1"]
+        return [*super().command(), "--host", "127.0.0.1", "--lease-seconds", str(LEASE_SECONDS)]
 
     @property
     def address(self) -> str:

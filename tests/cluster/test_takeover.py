@@ -1,6 +1,6 @@
 """kill -9 of the process running a reply: another process takes the run over and finishes it.
 
-The dead process's lease expires (10 s unrenewed), B claims the run, resumes it
+The dead process's lease expires (`LEASE_SECONDS` unrenewed), B claims the run, resumes it
 from its checkpoint under a new epoch, and B's page, which was following the
 run, gets one reset and then the rest: exactly one reply, whole, as the
 offline model writes it when nothing goes wrong.

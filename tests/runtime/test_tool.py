@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Literal
 
 import pytest
@@ -81,3 +83,55 @@ def test_named_tool_and_bad_names():
     assert f.name == "lookup-v2"
     with pytest.raises(ValueError, match="tool name"):
         tool(name="has spaces")(lambda: None)
+
+
+@tool
+def blocking_read(seconds: float) -> str:
+    """Block the calling thread, as a slow file read or a blocking HTTP call does.
+
+    Args:
+        seconds: how long
+    """
+    time.sleep(seconds)
+    return f"slept {seconds}"
+
+
+@tool
+async def awaiting_read(seconds: float) -> str:
+    """Wait without blocking.
+
+    Args:
+        seconds: how long
+    """
+    await asyncio.sleep(seconds)
+    return f"waited {seconds}"
+
+
+async def test_a_synchronous_tool_runs_off_the_event_loop():
+    ticks = 0
+    done = asyncio.Event()
+
+    async def tick() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            await asyncio.sleep(0.01)
+
+    ticker = asyncio.get_running_loop().create_task(tick())
+    await asyncio.sleep(0)  # the ticker is running
+    ctx = RunContext(run_id="r", session_id=None)
+    result = await blocking_read.invoke(
+        ctx, ToolCallEntry("c1", "blocking_read", '{"seconds": 0.5}')
+    )
+    done.set()
+    await ticker
+    assert result.output == "slept 0.5" and not result.is_error
+    # On the loop the ticker would have had no turn at all during the 0.5 s; in a thread it
+    # ticks every 10 ms. Only the order of magnitude is asserted (a loaded machine is slow).
+    assert ticks >= 5
+
+
+async def test_a_coroutine_tool_runs_on_the_loop_and_its_result_is_awaited():
+    ctx = RunContext(run_id="r", session_id=None)
+    result = await awaiting_read.invoke(ctx, ToolCallEntry("c1", "awaiting_read", '{"seconds": 0}'))
+    assert result.output == "waited 0" and not result.is_error

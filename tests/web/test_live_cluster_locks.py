@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 
 from webapp.stores.postgres import LockLostError, PostgresStore
-from webapp.web.live.cluster import Cluster
+from webapp.stores.postgres_cluster import PostgresCluster as Cluster
 
 COUNTER = "CREATE TABLE IF NOT EXISTS counter (chat TEXT PRIMARY KEY, n INTEGER NOT NULL);"
 HOLDER = (

@@ -16,7 +16,9 @@ from test_web_approvals import Notes, decision_form, note_agent
 from webhelpers import eventually, parse_html, replies, two_processes
 
 from webapp.models import ScriptedModel
-from webapp.web.live.cluster import RENEW_SECONDS
+from webapp.stores.cluster import LeaseTimes
+
+RENEW_SECONDS = LeaseTimes().renew
 
 
 async def fetchval(dsn: str, sql: str, *args: object) -> object:

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 from webhelpers import (
     cli_env,
     free_port,
@@ -21,6 +22,8 @@ from webhelpers import (
     stop_process,
     wait_serving,
 )
+
+pytestmark = pytest.mark.slow  # real servers killed with SIGKILL and restarted
 
 COUNT = 400
 EXPECTED = " ".join(str(i) for i in range(1, COUNT + 1))
@@ -37,8 +40,6 @@ async def never(self, run_id, entries, head):
 
 sqlite_checkpoint.SQLiteCheckpointer.append = never
 from webapp.__main__ import main
-
-pytestmark = pytest.mark.slow  # real servers killed with SIGKILL and restarted
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -104,7 +104,7 @@ async def test_a_stalled_owner_taken_over_writes_nothing_after_the_takeover(post
                         chat_id, [UserEntry("look"), AssistantEntry(ANSWER_A)], run_id="late"
                     )
                 with pytest.raises(FencedOffError):
-                    await runs_a.chats.request_stop(chat_id, run_id)
+                    await runs_a.store.request_stop(chat_id, run_id)
             cluster_a.write(run_id, old_epoch, 999, "text", ANSWER_A, None)
             await cluster_a.flush()
 

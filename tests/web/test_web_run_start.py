@@ -65,7 +65,7 @@ async def test_the_model_is_asked_only_once_the_runs_record_is_committed(
     client = await web_client_factory(model=model)
     model.db = client.db
     chat_id = await client.new_chat()
-    store = client.web.runs.chats
+    store = client.web.runs.store
     real = store.begin_run
     begun: list[str] = []
 
@@ -100,7 +100,7 @@ async def test_a_run_whose_record_fails_to_commit_never_asks_the_model(
     model = ScriptedModel(["the reply"])
     client = await web_client_factory(model=model)
     chat_id = await client.new_chat()
-    store = client.web.runs.chats
+    store = client.web.runs.store
     real = store.begin_run
 
     async def failing_commit(*args: Any, **kwargs: Any) -> Any:

@@ -322,7 +322,7 @@ async def test_after_the_first_event_deltas_go_out_once_per_window(
     sent, event = await next_event()
     assert (event.data, event.id) == ("d", "e.1:4")
     assert sent - appended < 0.1  # at once again
-    state.finished = True
+    state.phase.finish()
     state.append(DONE, "D")
     _, event = await next_event()
     assert (event.event, event.id) == ("done", "e.1:5")

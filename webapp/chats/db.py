@@ -27,7 +27,13 @@ import os
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Protocol, TypeVar
 
-from webapp.stores import postgres_checkpoint, postgres_session, sqlite_checkpoint, sqlite_session
+from webapp.stores import (
+    postgres_checkpoint,
+    postgres_cluster,
+    postgres_session,
+    sqlite_checkpoint,
+    sqlite_session,
+)
 from webapp.stores.postgres import PostgresBacked
 from webapp.stores.sqlite import SQLiteBacked
 from webapp.stores.tx import Dialect, PostgresTx, SQLiteTx, Tx, numbered
@@ -118,26 +124,7 @@ class _PostgresChats(PostgresBacked):
 SQLITE_STORES = sqlite_session.SCHEMA_SQL + sqlite_checkpoint.SCHEMA_SQL
 POSTGRES_STORES = postgres_session.SCHEMA_SQL + postgres_checkpoint.SCHEMA_SQL
 
-# The run leases and event log of several processes (webapp.web.live.cluster), on
-# PostgreSQL only: the chat database owns every table, so its migrations stay in one place.
-CLUSTER_TABLES = """
-CREATE TABLE IF NOT EXISTS run_leases (
-    run_id     TEXT PRIMARY KEY,
-    chat_id    TEXT NOT NULL,
-    owner      TEXT NOT NULL,
-    epoch      TEXT NOT NULL,
-    expires_at TIMESTAMPTZ NOT NULL
-);
-CREATE INDEX IF NOT EXISTS run_leases_by_owner ON run_leases (owner);
-CREATE TABLE IF NOT EXISTS run_events (
-    run_id     TEXT NOT NULL,
-    epoch      TEXT NOT NULL,
-    seq        INTEGER NOT NULL,
-    event      TEXT NOT NULL,
-    data       TEXT NOT NULL,
-    delta      TEXT,
-    written_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    PRIMARY KEY (run_id, epoch, seq)
-);
-CREATE INDEX IF NOT EXISTS run_events_by_time ON run_events (written_at);
-"""
+# The run leases and event log of several processes, on PostgreSQL only: declared
+# with the cluster (webapp.stores.postgres_cluster), created with the chat tables so
+# the chat database's migrations stay in one place.
+CLUSTER_TABLES = postgres_cluster.CLUSTER_TABLES

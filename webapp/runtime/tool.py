@@ -4,10 +4,16 @@ The JSON schema comes from the parameters' annotations and the docstring
 (first paragraph = description, a Google-style ``Args:`` section = parameter
 descriptions). A first parameter annotated `RunContext` receives the run's
 context and is hidden from the model.
+
+A plain (synchronous) function runs in a worker thread, so a slow one --
+reading a large file, a blocking HTTP call -- holds up its own run only,
+never the event loop every other stream and request shares. A coroutine
+function runs on the loop, as async code expects.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import re
@@ -59,9 +65,12 @@ class Tool:
         try:
             kwargs = _parse_arguments(call.arguments)
             args = (ctx,) if self.takes_context else ()
-            value = self.function(*args, **kwargs)
-            if inspect.isawaitable(value):
-                value = await value
+            if inspect.iscoroutinefunction(self.function):
+                value = await self.function(*args, **kwargs)
+            else:  # blocking code: off the event loop
+                value = await asyncio.to_thread(self.function, *args, **kwargs)
+                if inspect.isawaitable(value):  # a plain callable that returned a coroutine
+                    value = await value
         except Exception as exc:  # noqa: BLE001 -- the model sees the failure; the run goes on
             message = str(exc) or type(exc).__name__
             return ToolResultEntry(call.call_id, f"{type(exc).__name__}: {message}", True)

@@ -31,12 +31,12 @@ class ChatAgents:
         self,
         base: Agent,
         servers: McpServers | None,
-        chats: ChatStore,
+        store: ChatStore,
         models: ChatModels | None = None,
     ) -> None:
         self.base = base
         self.servers = servers  # None: no config file, or one with no MCP servers
-        self.chats = chats
+        self.store = store
         self.models = models  # the chat's model and instructions (None: the base agent's)
 
     @property
@@ -45,7 +45,7 @@ class ChatAgents:
 
     async def chat_agent(self, chat_id: str) -> Agent:
         """The agent for a run of ``chat_id``, as of now."""
-        granted = await self.chats.approvals.grants(chat_id)
+        granted = await self.store.approvals.grants(chat_id)
         offered = [*self.base.tools, *(self.servers.tools() if self.servers else [])]
         tools = [
             replace(t, approval="allow") if t.approval == "ask" and t.name in granted else t

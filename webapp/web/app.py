@@ -3,7 +3,7 @@
 One database holds the chats' sessions (session_id = chat id), the run
 checkpoints and the chat tables: a SQLite file (WAL), the default, or a
 PostgreSQL database (a ``postgresql://`` URL) that any number of app
-processes share (`webapp.web.live.cluster`). The lifespan opens nothing eagerly (the
+processes share (`webapp.stores.postgres_cluster`). The lifespan opens nothing eagerly (the
 stores open lazily) but resumes, before serving, every run the database says
 is still owed (with other processes: that none of them holds); on shutdown it
 interrupts live runs so their checkpoints resume them -- on the next start,
@@ -43,7 +43,9 @@ from webapp.models.offline import OfflineModel
 from webapp.runtime.agent import Agent
 from webapp.runtime.model import Model
 from webapp.stores.checkpoint import Checkpointer
+from webapp.stores.cluster import Cluster, LeaseTimes
 from webapp.stores.postgres_checkpoint import PostgresCheckpointer
+from webapp.stores.postgres_cluster import PostgresCluster
 from webapp.stores.postgres_session import PostgresSession
 from webapp.stores.session import Session
 from webapp.stores.sqlite_checkpoint import SQLiteCheckpointer
@@ -61,10 +63,11 @@ from webapp.web.auth import (
 )
 from webapp.web.chat_models import ChatModels
 from webapp.web.chat_service import ChatService
+from webapp.web.forms import body_timeout
 from webapp.web.fragments import Fragments
 from webapp.web.gate import Gate
-from webapp.web.live.cluster import Cluster
 from webapp.web.live.lease_keeper import LeaseKeeper
+from webapp.web.live.local_cluster import LocalCluster
 from webapp.web.live.runs import RunManager
 from webapp.web.security import SecurityMiddleware
 from webapp.web.templating import Templates, by_name
@@ -213,6 +216,7 @@ def create_app(
     templates_dir: str | os.PathLike[str] = TEMPLATES_DIR,
     static_dir: str | os.PathLike[str] = STATIC_DIR,
     config: AppConfig | None = None,
+    lease_seconds: float | None = None,
 ) -> Starlette:
     """The chat app over one SQLite file, or a PostgreSQL database (``db_path`` a
     ``postgresql://`` URL) shared with other processes.
@@ -234,7 +238,12 @@ def create_app(
     files, or the checkout's (see `webapp.web.assets`).
     ``config``: the config file's settings (`webapp.config.load_config`): its MCP servers
     are started with the app, and their tools offered to every chat (SPEC §11).
+    ``lease_seconds``: with other processes on PostgreSQL, how long a run's lease lasts
+    unrenewed, which is how soon another process takes over the runs of one that died
+    (`webapp.stores.cluster.LeaseTimes`; 10 s by default).
     """
+    lease = LeaseTimes(lease_seconds) if lease_seconds is not None else LeaseTimes()
+    body_timeout()  # WEBAPP_BODY_TIMEOUT read now: a bad value stops the app at start
     if max_message_chars < 1:
         raise ValueError(f"max_message_chars must be at least 1, got {max_message_chars!r}")
     if token is not None and len(token) < 8:
@@ -270,6 +279,7 @@ def create_app(
         secrets,
         max_turns,
         config or AppConfig(),
+        lease,
     )
     state = dataclasses.replace(state, auth=auth)
     app.state.web = state
@@ -315,6 +325,7 @@ def _build_state(
     redact: Sequence[str],
     max_turns: int,
     config: AppConfig,
+    lease: LeaseTimes,
 ) -> WebApp:
     """Every part, built bottom-up in one pass: stores, fragments, runs, chat operations."""
     secrets = [s for s in redact if s]
@@ -326,14 +337,15 @@ def _build_state(
 
     session: Session
     checkpointer: Checkpointer
-    cluster: Cluster | None = None
+    cluster: Cluster
     if is_postgres(db_path):
         dsn = str(db_path)
         session, checkpointer = PostgresSession(dsn), PostgresCheckpointer(dsn)
-        cluster = Cluster(dsn, owner=uuid.uuid4().hex[:12])
+        cluster = PostgresCluster(dsn, owner=uuid.uuid4().hex[:12], lease=lease)
     else:
         session = SQLiteSession(db_path, wal=True)
         checkpointer = SQLiteCheckpointer(db_path, wal=True)
+        cluster = LocalCluster(store)  # this process alone
     fragments = Fragments(templates)
     chat_models = ChatModels(store=store, registry=models, agent=agent)
     servers = McpServers(config.mcp_servers) if config.mcp_servers else None
@@ -343,11 +355,11 @@ def _build_state(
         agent_for=agents.chat_agent,  # its tools, grants, model and instructions
         session=session,
         checkpointer=checkpointer,
-        chats=store,
+        store=store,
         fragments=fragments,
+        cluster=cluster,
         redact=scrub,
         max_turns=max_turns,
-        cluster=cluster,
     )
     return WebApp(
         chats=ChatService(store=store, session=session, checkpointer=checkpointer, runs=runs),
@@ -357,7 +369,7 @@ def _build_state(
         store=store,
         session=session,
         checkpointer=checkpointer,
-        keeper=LeaseKeeper(runs, cluster) if cluster is not None else None,
+        keeper=LeaseKeeper(runs, cluster) if isinstance(cluster, PostgresCluster) else None,
         agents=agents,
         max_message_chars=max_message_chars,
         model_description=models.description() if models.names() else agent.name,
@@ -368,33 +380,34 @@ def _build_state(
 def _lifespan(state: WebApp) -> Any:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        swept = await state.store.sweep()
-        if swept:
-            logger.warning("removed %d rows of deleted chats left by an earlier process", swept)
-        await state.store.backfill()
-        await state.models.registry.refresh()  # bounded: an endpoint that is down costs seconds
-        servers = state.agents.servers
-        if servers is not None:
-            await servers.start()
-            await _connected(servers, TOOLS_START_SECONDS)
-        if state.keeper is None:
-            await state.runs.recover()
-        else:
-            await state.keeper.start()  # resumes what no process holds, then keeps leases
-        try:
-            yield
-        finally:
-            if state.keeper is not None:
-                await state.keeper.stop()
-            await state.runs.shutdown()
-            if state.keeper is not None:
-                await state.keeper.hand_over()
+        # Whatever started is stopped, in reverse order, whatever raised on the way up or
+        # down: each stop is pushed as soon as its start is done, and one stop that raises
+        # does not skip the others (AsyncExitStack runs them all, then re-raises).
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(state.models.registry.aclose)  # pooled connections
+            stack.push_async_callback(state.checkpointer.close)  # type: ignore[attr-defined]
+            stack.push_async_callback(state.session.close)  # type: ignore[attr-defined]
+            stack.push_async_callback(state.store.close)
+            swept = await state.store.sweep()
+            if swept:
+                logger.warning("removed %d rows of deleted chats left by an earlier process", swept)
+            await state.store.backfill()
+            await state.models.registry.refresh()  # bounded: an endpoint down costs seconds
+            servers = state.agents.servers
             if servers is not None:
-                await servers.stop()  # after the runs: their calls were cancelled first
-            await state.store.close()
-            await state.session.close()  # type: ignore[attr-defined]
-            await state.checkpointer.close()  # type: ignore[attr-defined]
-            await state.models.registry.aclose()  # release the endpoints' pooled connections
+                stack.push_async_callback(servers.stop)  # after the runs: calls cancelled first
+                await servers.start()
+                await _connected(servers, TOOLS_START_SECONDS)
+            keeper = state.keeper
+            if keeper is not None:
+                stack.push_async_callback(keeper.hand_over)  # after the runs were interrupted
+            stack.push_async_callback(state.runs.shutdown)
+            if keeper is None:
+                await state.runs.recover()
+            else:
+                stack.push_async_callback(keeper.stop)  # first: no renewal during shutdown
+                await keeper.start()  # resumes what no process holds, then keeps leases
+            yield
 
     return lifespan
 

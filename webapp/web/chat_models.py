@@ -24,6 +24,7 @@ from webapp.chats.store import ChatStore
 from webapp.config import PresetConfig
 from webapp.models.endpoints import ModelRegistry, NamedModel, Parameters
 from webapp.runtime.agent import Agent, Instructions
+from webapp.web.outcomes import ChatNotFound
 
 
 def chat_model(models: ModelRegistry, settings: ChatSettings) -> NamedModel:
@@ -54,18 +55,13 @@ class Saved:
 
 
 @dataclass(frozen=True)
-class NoSuchChat:
-    pass
-
-
-@dataclass(frozen=True)
 class Refused:
     """The choice is not one the app offers, or the text is too long; says which."""
 
     message: str
 
 
-SaveOutcome = Union[Saved, NoSuchChat, Refused]
+SaveOutcome = Union[Saved, ChatNotFound, Refused]
 
 
 @dataclass(frozen=True)
@@ -116,7 +112,7 @@ class ChatModels:
                 f"The model {model!r} is not on offer: reload the page and choose again."
             )
         if not await self.store.settings.set_model(chat_id, model):
-            return NoSuchChat()
+            return ChatNotFound()
         return await self._saved(chat_id)
 
     async def instruct(self, chat_id: str, instructions: str) -> SaveOutcome:
@@ -127,7 +123,7 @@ class ChatModels:
                 f"{MAX_INSTRUCTIONS_CHARS:,}."
             )
         if not await self.store.settings.set_instructions(chat_id, instructions):
-            return NoSuchChat()
+            return ChatNotFound()
         return await self._saved(chat_id)
 
     def for_new_chat(self, preset: str | None, model: str | None) -> ChatSettings | Refused | None:
@@ -146,7 +142,7 @@ class ChatModels:
 
     async def _saved(self, chat_id: str) -> SaveOutcome:
         settings = await self.store.settings.get(chat_id)
-        return Saved(settings) if settings is not None else NoSuchChat()
+        return Saved(settings) if settings is not None else ChatNotFound()
 
 
 def _from_preset(preset: PresetConfig) -> ChatSettings:

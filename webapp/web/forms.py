@@ -56,9 +56,20 @@ def _seconds_from_env(name: str, default: float) -> float:
 
 # Seconds to wait for each next piece of a form body before answering 408 (a client
 # that sent fewer bytes than its Content-Length would otherwise hold the request
-# forever). The environment variable WEBAPP_BODY_TIMEOUT overrides it at import;
-# tests shorten it that way or by setting this attribute.
-BODY_TIMEOUT = _seconds_from_env("WEBAPP_BODY_TIMEOUT", 10.0)
+# forever): 10, or the environment variable WEBAPP_BODY_TIMEOUT, read when the app is
+# built (`body_timeout`), never at import. Setting this attribute overrides both.
+BODY_TIMEOUT: float | None = None
+_from_env: list[float] = []  # WEBAPP_BODY_TIMEOUT as read the first time, or the default
+
+
+def body_timeout() -> float:
+    """`BODY_TIMEOUT`, else WEBAPP_BODY_TIMEOUT (read once; a bad value raises
+    ValueError, which `create_app` lets stop the app at start), else 10 seconds."""
+    if BODY_TIMEOUT is not None:
+        return BODY_TIMEOUT
+    if not _from_env:
+        _from_env.append(_seconds_from_env("WEBAPP_BODY_TIMEOUT", 10.0))
+    return _from_env[0]
 
 # Default-ignorable characters that are letters or marks rather than format
 # characters (Hangul fillers, the combining grapheme joiner, Khmer inherent vowels,
@@ -126,20 +137,21 @@ def _pairs(body: bytes) -> list[tuple[str, str]]:
 
 
 async def _read_body(request: Request, max_bytes: int) -> bytes:
-    """The whole body, at most ``max_bytes``, each piece within `BODY_TIMEOUT` seconds."""
+    """The whole body, at most ``max_bytes``, each piece within `body_timeout` seconds."""
     body = bytearray()
     loop = asyncio.get_running_loop()
+    timeout = body_timeout()
     try:
-        async with asyncio.timeout(BODY_TIMEOUT) as deadline:
+        async with asyncio.timeout(timeout) as deadline:
             async for chunk in request.stream():
                 body.extend(chunk)
                 if len(body) > max_bytes:
                     raise FormError(413, _too_large(max_bytes))
-                deadline.reschedule(loop.time() + BODY_TIMEOUT)
+                deadline.reschedule(loop.time() + timeout)
     except TimeoutError:
         raise FormError(
             408,
-            f"The form stopped arriving (nothing for {BODY_TIMEOUT:g} seconds) and was not "
+            f"The form stopped arriving (nothing for {timeout:g} seconds) and was not "
             "read. Check your connection and send it again.",
         ) from None
     except ClientDisconnect:

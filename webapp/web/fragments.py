@@ -12,7 +12,7 @@ import re
 from markupsafe import escape
 
 from webapp.web.templating import Templates
-from webapp.web.view_models import ReplyView, ToolCard
+from webapp.web.view_models import ReplyView, ToolCard, render_replies
 
 _NEEDS_ESCAPE = re.compile(r"[&<>\"']")  # exactly what markupsafe.escape replaces
 
@@ -35,6 +35,11 @@ class Fragments:
     def reply(self, chat_id: str, reply: ReplyView, position: str | None = None) -> str:
         """A reply element; with ``position`` it streams from there."""
         return self.templates.render("_reply.html", chat_id=chat_id, reply=reply, position=position)
+
+    @staticmethod
+    async def draw(replies: list[ReplyView]) -> None:
+        """The finished replies' Markdown, in a worker thread (`render_replies`)."""
+        await render_replies(replies)
 
     def final_reply(self, chat_id: str, reply: ReplyView) -> str:
         """The finished reply plus, out of band, an empty alert (a "still running"

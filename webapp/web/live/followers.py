@@ -1,8 +1,9 @@
-"""Runs another process executes, followed from the database (PostgreSQL only).
+"""Runs another process executes, followed from the database (several processes only).
 
 A page or an event stream served by this process may show a run that another
 process executes. `Followers` rebuilds such a run as a `RunState` from the
-owner's ``run_events`` rows (`webapp.web.live.cluster`): the same records with the
+owner's ``run_events`` rows (`webapp.stores.postgres_cluster`; with one process
+alone, `webapp.web.live.local_cluster`, there is never another owner to follow): the same records with the
 same positions, and the same live reply, built from each record's change
 (``delta``). The SSE stream then reads it exactly as it reads a local run.
 
@@ -17,16 +18,14 @@ attempt (a new epoch: the client gets a reset to the reply as it stands).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import asdict
 from typing import Any
 
+from webapp.stores.cluster import Cluster, EventRow
 from webapp.usage import Usage
-from webapp.web import event_names as names
-from webapp.web.live.cluster import Cluster, EventRow
-from webapp.web.live.run_state import RunState
-from webapp.web.view_models import ReplyView, ToolCard
+from webapp.web.live.reply import ReplyView, ToolCard
+from webapp.web.live.run_state import DONE, REASONING, TEXT, TOOL, RunState
 
 logger = logging.getLogger("webapp.web.live.followers")
 
@@ -60,7 +59,7 @@ async def publish_start(cluster: Cluster, state: RunState) -> None:
         "continues": state.continues,
         "reply": reply_to_json(state.reply),
     }
-    cluster.write(state.run_id, state.epoch, 0, "start", "", json.dumps(start))
+    cluster.write(state.run_id, state.epoch, 0, "start", "", start)
     await cluster.flush()
 
 
@@ -176,7 +175,7 @@ class Followers:
         moved = check_lease and await self.cluster.lease_epoch(state.run_id) != state.epoch
         self._apply(state, await self.cluster.events(state.run_id, state.epoch, state.seq))
         if moved and not state.finished:
-            state.abandoned = state.finished = True  # its readers reconnect to the next attempt
+            state.phase.abandon()  # its readers reconnect to the next attempt
             state.append_nothing()
 
     def _apply(self, state: RunState, rows: list[EventRow]) -> None:
@@ -184,19 +183,19 @@ class Followers:
             if row.seq != state.seq + 1:
                 continue  # read twice (a wake-up and the timer): already applied
             reply, delta = state.reply, row.delta or {}
-            if row.event == names.TEXT:
+            if row.event == TEXT:
                 reply.text += delta.get("added", "")
-            elif row.event == names.REASONING:
+            elif row.event == REASONING:
                 reply.reasoning += delta.get("added", "")
-            elif row.event == names.TOOL and "tool" in delta:
+            elif row.event == TOOL and "tool" in delta:
                 card = ToolCard(**delta["tool"])
                 found = reply.find_tool(card.call_id)
                 if found is None:
                     reply.tools.append(card)
                 else:
                     reply.tools[reply.tools.index(found)] = card
-            elif row.event == names.DONE and "reply" in delta:
+            elif row.event == DONE and "reply" in delta:
                 state.reply = reply_from_json(delta["reply"])
             state.append(row.event, row.data)
-            if row.event == names.DONE:
-                state.finished = True
+            if row.event == DONE:
+                state.phase.finish()

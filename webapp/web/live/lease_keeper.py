@@ -1,12 +1,12 @@
 """Keeps this process's run leases, and takes over runs no live process holds.
 
-Only with other processes on PostgreSQL (`webapp.web.live.cluster`). One task per
-process wakes every `RENEW_SECONDS`, or at once when another process hands its
-runs over, and in turn:
+Only with other processes on PostgreSQL (`webapp.stores.postgres_cluster`). One
+task per process wakes every `LeaseTimes.renew` seconds, or at once when another
+process hands its runs over, and in turn:
 1. renews the leases of the runs this process executes; a run whose lease is
    gone (another process took it after this one stalled) is given up without
    recording anything, and a run another process asked to stop is stopped;
-2. takes over every run still owed that no live lease covers (`RunManager.recover`);
+2. takes over every run still owed that no live lease covers (`LeaseHolder.recover`);
 3. brings the runs this process follows up to date (they are also woken by
    notifications, but never depend on one).
 If renewals kept failing (or this process stalled) for most of a lease's
@@ -21,25 +21,25 @@ import contextlib
 import itertools
 import logging
 
-from webapp.web.live.cluster import LEASE_SECONDS, RENEW_SECONDS, Cluster
-from webapp.web.live.runs import RunManager
+from webapp.stores.cluster import Cluster
+from webapp.web.live.host import LeaseHolder
 
 logger = logging.getLogger("webapp.web.live.lease_keeper")
 
 
 class LeaseKeeper:
-    def __init__(self, runs: RunManager, cluster: Cluster) -> None:
+    def __init__(self, runs: LeaseHolder, cluster: Cluster) -> None:
         self.runs = runs
         self.cluster = cluster
         self._task: asyncio.Task[None] | None = None
         self._scan_now = asyncio.Event()
+        self._started = False
 
     async def start(self) -> None:
         """Open the cluster's connections, resume what nobody holds, and keep at it."""
         await self.cluster.start()
-        followers = self.runs.followers
-        if followers is not None:
-            self.cluster.on_events = followers.wake
+        self._started = True
+        self.cluster.on_events = self.runs.wake_followers
         self.cluster.on_stop = self.runs.stop_asked
         self.cluster.on_handover = self._scan_now.set
         await self.runs.recover()
@@ -55,6 +55,9 @@ class LeaseKeeper:
 
     async def hand_over(self) -> None:
         """After the runs here were interrupted: give their leases up and wake the others."""
+        if not self._started:  # start failed before the connections were open
+            await self.cluster.close()
+            return
         try:
             handed = await self.cluster.hand_over()
             if handed:
@@ -66,18 +69,18 @@ class LeaseKeeper:
         loop = asyncio.get_running_loop()
         renewed = loop.time()
         ticks = itertools.count()
+        lease = self.cluster.lease
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._scan_now.wait(), RENEW_SECONDS)
+                await asyncio.wait_for(self._scan_now.wait(), lease.renew)
             self._scan_now.clear()
-            if loop.time() - renewed > LEASE_SECONDS - 2 * RENEW_SECONDS:
+            if loop.time() - renewed > lease.seconds - 2 * lease.renew:
                 self._give_up_all()  # this process stalled: another may take its runs any moment
             try:
                 await self._renew()
                 renewed = loop.time()
                 await self.runs.recover()
-                if self.runs.followers is not None:
-                    await self.runs.followers.poll(loop.time())
+                await self.runs.poll_followers(loop.time())
                 if next(ticks) % 30 == 29:
                     await self.cluster.keep_listening()
                     await self.cluster.forget_old_events()

@@ -15,7 +15,6 @@ resumes it through `resumable` and `launch` like any other.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from webapp.chats.store import EVERY_CHAT, Chat
 from webapp.chats.tree import continued
@@ -23,19 +22,17 @@ from webapp.runtime.options import CheckpointOptions
 from webapp.stores.checkpoint import RunSnapshot
 from webapp.transcript import Entry, drop_dangling_tool_calls
 from webapp.web.live.followers import publish_start
+from webapp.web.live.host import RunHost
+from webapp.web.live.reply import ReplyView, reply_from_entries, split_run
 from webapp.web.live.run_state import RunState
-from webapp.web.view_models import ReplyView, reply_from_entries, split_run
-
-if TYPE_CHECKING:
-    from webapp.web.live.runs import RunManager
 
 logger = logging.getLogger("webapp.web.live.recovery")
 
 
 class Recovery:
-    """Resumes the owed runs of one `RunManager`."""
+    """Resumes the owed runs of this process's runs (``runs``: what it uses of them)."""
 
-    def __init__(self, runs: RunManager) -> None:
+    def __init__(self, runs: RunHost) -> None:
         self.runs = runs
 
     async def recover(self) -> int:
@@ -43,16 +40,7 @@ class Recovery:
         no live process holds a lease on), except runs waiting for the user; returns
         how many resumed."""
         runs = self.runs
-        if runs.cluster is None:
-            chats = await runs.chats.with_active_run()
-            waiting = await runs.chats.approvals.paused() if chats else set()
-            owed = [
-                (c.id, c.active_run_id)
-                for c in chats
-                if c.active_run_id is not None and c.active_run_id not in waiting
-            ]
-        else:
-            owed = await runs.cluster.unowned()  # leaves waiting runs out itself
+        owed = await runs.cluster.unowned()  # leaves waiting runs out itself
         resumed = 0
         for chat_id, run_id in owed:
             async with runs.lock(chat_id):
@@ -65,18 +53,17 @@ class Recovery:
     async def take_over(self, chat_id: str, run_id: str) -> int:
         """Resume one owed run (chat lock held), once this process holds its lease."""
         runs = self.runs
-        chat = await runs.chats.get(EVERY_CHAT, chat_id)
+        chat = await runs.store.get(EVERY_CHAT, chat_id)
         running = runs.get(run_id)
         if chat is None or chat.active_run_id != run_id or (running and not running.finished):
             return 0
         epoch = runs.next_epoch()
-        if runs.cluster is not None and not await runs.cluster.claim(run_id, chat_id, epoch):
+        if not await runs.cluster.claim(run_id, chat_id, epoch):
             return 0  # another process was quicker
-        with runs.fenced(run_id, epoch):
+        with runs.cluster.fenced(run_id, epoch):
             state = await self._recover_one(chat, run_id, epoch)
         if state is None:
-            if runs.cluster is not None:
-                await runs.cluster.release(run_id, epoch)
+            await runs.cluster.release(run_id, epoch)
             return 0
         await self.launch(state)
         return 1
@@ -92,9 +79,9 @@ class Recovery:
         snapshot = await runs.checkpointer.load(run_id)
         if snapshot is None:
             if continues is not None:  # it finished: fold its stored segment in
-                await runs.chats.end_continuation(chat_id, run_id, continues, None, None)
+                await runs.store.end_continuation(chat_id, run_id, continues, None, None)
                 return None
-            text = await runs.chats.run_input(run_id)
+            text = await runs.store.run_input(run_id)
             if text is not None and not await self._has_segment(chat_id, run_id):
                 # The crash came before the run's first checkpoint: start it again.
                 logger.info("chat %s: restarting run %s from its input", chat_id, run_id)
@@ -102,13 +89,13 @@ class Recovery:
                 state.from_input = True
                 state.agent = await runs.agent_for(chat_id)
                 return state
-            await runs.chats.end_run(chat_id, run_id)
+            await runs.store.end_run(chat_id, run_id)
             return None
         if snapshot.status == "failed":
             error = runs.redact(snapshot.head.error or "The run failed.")
             meta = {"status": "failed", "error": error}
             entries = drop_dangling_tool_calls(snapshot.entries)
-            await runs.keep_ended(chat_id, run_id, entries, meta, continues)
+            await runs.store_ended(chat_id, run_id, entries, meta, continues)
             return None
         logger.info("chat %s: resuming run %s (%s)", chat_id, run_id, snapshot.status)
         return await self.resumable(chat, run_id, snapshot, epoch)
@@ -120,7 +107,7 @@ class Recovery:
         recorded for its waiting calls copied into its checkpoint first."""
         runs = self.runs
         await runs.pauses.before_resume(run_id, snapshot)
-        text, reply = await self.reply_of(chat, run_id, snapshot.entries)
+        text, reply = await self.reply_from_checkpoint(chat, run_id, snapshot.entries)
         await runs.pauses.mark(run_id, reply, snapshot)
         if chat.continues_run_id is not None:
             state = runs.continuing(chat.id, run_id, reply, epoch)
@@ -129,7 +116,7 @@ class Recovery:
         state.agent = await runs.agent_for(chat.id)
         return state
 
-    async def reply_of(
+    async def reply_from_checkpoint(
         self, chat: Chat, run_id: str, entries: list[Entry]
     ) -> tuple[str, ReplyView]:
         """(the user's text, the reply) of run ``run_id`` of ``chat`` from its checkpoint's
@@ -152,8 +139,7 @@ class Recovery:
     async def launch(self, state: RunState) -> None:
         """Start a recovered run's task (its lease held), announced to other processes."""
         runs = self.runs
-        if runs.cluster is not None:
-            await publish_start(runs.cluster, state)
+        await publish_start(runs.cluster, state)
         if state.from_input:  # it never saved a checkpoint: it starts from its input again
             options = CheckpointOptions(runs.checkpointer, state.run_id, if_run_exists="fail")
             runs.launch(state, state.input_text, options, runs.session)

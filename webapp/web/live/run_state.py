@@ -3,18 +3,69 @@
 `RunState` is shared by the process that executes a run (`webapp.web.live.runs`)
 and by processes that follow it from the database (`webapp.web.live.followers`):
 the SSE stream (`webapp.web.sse`) reads either the same way.
+
+Where a run is in its life is one value, its `Phase`: running, then finished
+(its outcome durable, the ``done`` record in the log) or abandoned (ended
+without a record: resumed by the next process to start, or another one), and
+why it ends once something asked it to (a stop, its chat's deletion, its lease
+lost). Each change is a method of the phase, which keeps the precedence: a
+discard outranks a lost lease, which outranks a stop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from webapp.events import TerminalEvent
 from webapp.runtime.agent import Agent
 from webapp.runtime.run_handle import RunHandle
-from webapp.web.view_models import ReplyView
+from webapp.web.live.reply import ReplyView
+
+# What a log record says changed: its SSE event name too (webapp.web.event_names).
+TEXT = "text"  # text appended to the reply
+REASONING = "reasoning"  # reasoning appended to the reply
+TOOL = "tool"  # a tool card started, or finished
+DONE = "done"  # the final reply: the run's outcome is durable
+
+
+class Stage(enum.Enum):
+    RUNNING = "running"
+    FINISHED = "finished"  # the outcome is durable and the `done` record is in the log
+    ABANDONED = "abandoned"  # ended with no record: the checkpoint resumes it elsewhere
+
+
+class Ending(enum.Enum):
+    """Why a run ends, once something asked it to."""
+
+    STOP = "stop"  # the user's Stop (here, or asked by another process)
+    LEASE_LOST = "lease lost"  # another process may have taken it over: record nothing
+    DISCARD = "discard"  # its chat is being deleted: record nothing
+
+
+_OUTRANKS = {None: 0, Ending.STOP: 1, Ending.LEASE_LOST: 2, Ending.DISCARD: 3}
+
+
+@dataclass
+class Phase:
+    """A run's place in its life (`Stage`) and why it ends (`Ending`), changed only
+    through these methods."""
+
+    stage: Stage = Stage.RUNNING
+    ending: Ending | None = None
+
+    def end_for(self, why: Ending) -> None:
+        """Something asks the run to end; a weightier reason stays."""
+        if _OUTRANKS[why] > _OUTRANKS[self.ending]:
+            self.ending = why
+
+    def finish(self) -> None:
+        self.stage = Stage.FINISHED
+
+    def abandon(self) -> None:
+        self.stage = Stage.ABANDONED
 
 
 class LogRecord(NamedTuple):
@@ -45,20 +96,37 @@ class RunState:
     handle: RunHandle | None = None
     agent: Agent | None = None  # the chat's agent for this attempt (None: the app's default)
     terminal: asyncio.Future[TerminalEvent] = field(init=False)
-    finished: bool = False  # the outcome is durable and the `done` record is in the log
-    stop_requested: bool = False
-    abandoned: bool = False  # cancelled by shutdown: the checkpoint resumes it next start
+    phase: Phase = field(default_factory=Phase)
     follower: bool = False  # executed by another process; this copy is read from the database
-    lease_lost: bool = False  # another process may have taken the run over: record nothing
-    discarded: bool = False  # its chat is being deleted: record nothing
     continues: str | None = None  # the reply (run id) this continuation goes on with
     from_input: bool = False  # restarted from its input: it never saved a checkpoint
-    fresh_text: bool = True  # the next text delta starts a new model turn
-    fresh_reasoning: bool = True
+    # The kinds (TEXT, REASONING) whose next delta starts a new model turn.
+    new_turn: set[str] = field(default_factory=lambda: {TEXT, REASONING})
     _waiters: set[asyncio.Future[None]] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.terminal = asyncio.get_running_loop().create_future()
+
+    @property
+    def finished(self) -> bool:
+        """It ended: its outcome is durable (or, abandoned, it records nothing here)."""
+        return self.phase.stage is not Stage.RUNNING
+
+    @property
+    def abandoned(self) -> bool:
+        return self.phase.stage is Stage.ABANDONED
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.phase.ending is Ending.STOP
+
+    @property
+    def lease_lost(self) -> bool:
+        return self.phase.ending is Ending.LEASE_LOST
+
+    @property
+    def discarded(self) -> bool:
+        return self.phase.ending is Ending.DISCARD
 
     @property
     def paused(self) -> bool:

@@ -19,8 +19,15 @@ hold it.
 The log's ``done`` record is appended only after the run's outcome is
 durable, so a client that sees the final reply can act on it at once.
 
-With other processes a run's writes are fenced by its lease (`fenced`): one
-taken over elsewhere while this process stalled ends here recording nothing.
+With other processes a run's writes are fenced by its lease (`Cluster.fenced`):
+one taken over elsewhere while this process stalled ends here recording nothing.
+Alone, the process has the `LocalCluster`: the same code path, with nobody to
+agree with.
+
+Live runs publish, the web renders: a run's state is the plain record of what it
+produced (`webapp.web.live.reply.ReplyView`), and the HTML each log record
+carries is drawn by the renderer the app passes in (`Renderer`, the web's
+`Fragments`), so nothing here knows a template.
 """
 
 from __future__ import annotations
@@ -28,9 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, replace
 from typing import Any
@@ -55,25 +60,23 @@ from webapp.runtime.agent import Agent
 from webapp.runtime.options import CheckpointOptions
 from webapp.runtime.runner import Runner
 from webapp.stores.checkpoint import Checkpointer
-from webapp.stores.postgres import FencedOffError, fenced
+from webapp.stores.cluster import Cluster
+from webapp.stores.postgres import FencedOffError
 from webapp.stores.session import Session
 from webapp.transcript import Entry, UserEntry, drop_dangling_tool_calls
-from webapp.web import event_names as names
-from webapp.web.fragments import Fragments
-from webapp.web.live.approvals import Pauses
 from webapp.web.live.chat_locks import ChatLocks
-from webapp.web.live.cluster import Cluster
 from webapp.web.live.followers import Followers, publish_start, reply_to_json
+from webapp.web.live.host import Renderer
+from webapp.web.live.pauses import Pauses
 from webapp.web.live.recovery import Recovery
-from webapp.web.live.run_state import RunState
-from webapp.web.view_models import (
+from webapp.web.live.reply import (
     ReplyStatus,
     ReplyView,
     annotate,
-    render_replies,
     reply_from_entries,
     split_run,
 )
+from webapp.web.live.run_state import DONE, REASONING, TEXT, TOOL, Ending, RunState
 
 logger = logging.getLogger("webapp.web.live.runs")
 
@@ -91,23 +94,22 @@ class RunManager:
         agent_for: Callable[[str], Awaitable[Agent]] | None = None,
         session: Session,
         checkpointer: Checkpointer,
-        chats: ChatStore,
-        fragments: Fragments,
+        store: ChatStore,
+        fragments: Renderer,
+        cluster: Cluster,
         redact: Callable[[str], str] = lambda s: s,
         max_turns: int = 20,
-        cluster: Cluster | None = None,
     ) -> None:
         self.agent = agent
         self._agent_for = agent_for  # a chat's own agent (its tools, model, instructions)
         self.session = session
         self.checkpointer = checkpointer
-        self.chats = chats
+        self.store = store
         self.fragments = fragments
         self.redact = redact
         self.max_turns = max_turns
-        self.cluster = cluster  # PostgreSQL with other processes (see .cluster); else None
-        self.followers = Followers(cluster) if cluster is not None else None
-        self._process = cluster.owner if cluster is not None else uuid.uuid4().hex[:8]
+        self.cluster = cluster  # the other processes (PostgresCluster), or none (LocalCluster)
+        self.followers = Followers(cluster)  # runs another process executes
         self._attempts = itertools.count(1)
         self._runs: dict[str, RunState] = {}
         self._latest: dict[str, str] = {}  # chat_id -> run_id of its newest run
@@ -131,11 +133,8 @@ class RunManager:
     @contextlib.asynccontextmanager
     async def across_processes(self, key: str) -> AsyncIterator[None]:
         """Hold ``key``'s lock against other processes (nothing to hold without them)."""
-        if self.cluster is None:
+        async with self.cluster.chat_lock(key):
             yield
-        else:
-            async with self.cluster.chat_lock(key):
-                yield
 
     def get(self, run_id: str) -> RunState | None:
         """A run this process executes (or executed last in its chat)."""
@@ -145,13 +144,13 @@ class RunManager:
         """A run executed here, or else one another process executes (read from the
         database); None when neither knows it."""
         state = self._runs.get(run_id)
-        if state is not None or self.followers is None:
-            return state if state is not None and state.chat_id == chat_id else None
+        if state is not None:
+            return state if state.chat_id == chat_id else None
         return await self.followers.follow(chat_id, run_id)
 
     async def catch_up(self, state: RunState, seq: int) -> None:
         """A followed run read up to ``seq`` at least, if it gets there soon."""
-        if state.follower and self.followers is not None:
+        if state.follower:
             await self.followers.catch_up(state, seq)
 
     async def live(self, chat: Chat) -> RunState | None:
@@ -162,7 +161,7 @@ class RunManager:
         active = chat.active_run_id
         if active is not None and (state is None or state.run_id != active or state.paused):
             followed = await self.follow(chat.id, active)
-            if followed is not None and followed.paused and self.followers is not None:
+            if followed is not None and followed.paused:
                 followed = await self.followers.follow(chat.id, active)  # resumed elsewhere?
             if followed is None or followed.paused:
                 followed = await self.pauses.shown(chat) or followed
@@ -203,14 +202,14 @@ class RunManager:
         agent = await self.agent_for(chat_id)
         model = model_name(agent.model)
         record = replace(new, model=model, input=text if continues is None else new.input)
-        begun = await self.chats.begin_run(chat_id, record, page=page)
+        begun = await self.store.begin_run(chat_id, record, page=page)
         if continues is None:
             state = self.new_state(chat_id, new.run_id, text, ReplyView(new.run_id))
         else:
             state = self.continuing(chat_id, new.run_id, continues)
-        if self.cluster is not None:  # a new run: nobody else can hold its lease
-            await self.cluster.claim(state.run_id, chat_id, state.epoch)
-            await publish_start(self.cluster, state)
+        # A new run: nobody else can hold its lease.
+        await self.cluster.claim(state.run_id, chat_id, state.epoch)
+        await publish_start(self.cluster, state)
         state.agent = agent
         # Not deleted on success: `end_run` drops the checkpoint with the chat's own update.
         options = CheckpointOptions(self.checkpointer, new.run_id, if_run_exists="fail")
@@ -224,7 +223,8 @@ class RunManager:
         shown.live_run_id = run_id
         state = self.new_state(chat_id, run_id, "", shown, epoch)
         state.continues = reply.run_id
-        state.fresh_text = not reply.text  # the first delta goes on from the partial text
+        if reply.text:  # the first delta goes on from the partial text
+            state.new_turn.discard(TEXT)
         return state
 
     def new_state(
@@ -239,25 +239,18 @@ class RunManager:
         return state
 
     def next_epoch(self) -> str:
-        return f"{self._process}.{next(self._attempts)}"
-
-    def fenced(self, run_id: str, epoch: str) -> contextlib.AbstractContextManager[None]:
-        """With other processes: each write in the block (and in tasks it starts) is
-        refused with `FencedOffError` once attempt ``epoch`` no longer holds the lease."""
-        if self.cluster is None:
-            return contextlib.nullcontext()
-        return fenced(self.cluster.fence(run_id, epoch))
+        return f"{self.cluster.owner}.{next(self._attempts)}"
 
     def _record(self, state: RunState, event: str, data: str, delta: dict[str, Any]) -> None:
-        """Append a record to the run's log (and, for other processes, to the database)."""
+        """Append a record to the run's log (and, for other processes, to the database):
+        ``data`` as the web draws it, ``delta`` the plain change it shows."""
         state.append(event, data)
-        if self.cluster is not None:
-            self.cluster.write(state.run_id, state.epoch, state.seq, event, data, json.dumps(delta))
+        self.cluster.write(state.run_id, state.epoch, state.seq, event, data, delta)
 
     def launch(
         self, state: RunState, text: str | list[Entry], options: CheckpointOptions, session: Session
     ) -> None:
-        with self.fenced(state.run_id, state.epoch):  # the run's own task inherits it
+        with self.cluster.fenced(state.run_id, state.epoch):  # the run's own task inherits it
             state.handle = Runner.stream(
                 state.agent or self.agent,
                 text,
@@ -292,30 +285,24 @@ class RunManager:
 
     def _apply(self, state: RunState, event: Event) -> None:
         reply = state.reply
+        turns = state.new_turn
         if isinstance(event, TextDelta):
-            added = reply.add_text(event.text, new_turn=state.fresh_text)
-            state.fresh_text = False
-            if self.cluster is None:  # the common case, once per token: no delta to build
-                state.append(names.TEXT, self.fragments.text(added))
-            else:
-                self._record(state, names.TEXT, self.fragments.text(added), {"added": added})
+            added = reply.add_text(event.text, new_turn=TEXT in turns)
+            turns.discard(TEXT)
+            self._record(state, TEXT, self.fragments.text(added), {"added": added})
         elif isinstance(event, ReasoningDelta):
-            added = reply.add_reasoning(event.text, new_turn=state.fresh_reasoning)
-            state.fresh_reasoning = False
-            self._record(state, names.REASONING, self.fragments.text(added), {"added": added})
+            added = reply.add_reasoning(event.text, new_turn=REASONING in turns)
+            turns.discard(REASONING)
+            self._record(state, REASONING, self.fragments.text(added), {"added": added})
         elif isinstance(event, ToolCallStarted):
             shown = reply.find_tool(event.call.call_id) is not None  # a resumed call's card
             card = reply.start_tool(event.call)
-            self._record(
-                state, names.TOOL, self.fragments.tool_card(card, shown), {"tool": asdict(card)}
-            )
+            self._record(state, TOOL, self.fragments.tool_card(card, shown), {"tool": asdict(card)})
         elif isinstance(event, ToolCallFinished):
             card = reply.finish_tool(event.result)
-            self._record(
-                state, names.TOOL, self.fragments.tool_card(card, True), {"tool": asdict(card)}
-            )
+            self._record(state, TOOL, self.fragments.tool_card(card, True), {"tool": asdict(card)})
         elif isinstance(event, TurnEnded):
-            state.fresh_text = state.fresh_reasoning = True
+            turns.update((TEXT, REASONING))
 
     # --- the end of a run -------------------------------------------------------------
 
@@ -324,42 +311,42 @@ class RunManager:
         if state.finished or not state.terminal.done():
             return
         if state.discarded:  # its chat was deleted with everything the run wrote
-            state.finished = True
+            state.phase.finish()
             state.append_nothing()
-            await self._let_go(state)
+            await self._release_lease(state)
             return
         event = state.terminal.result()
         if isinstance(event, RunFailed) and isinstance(event.error, FencedOffError):
-            state.lease_lost = True  # taken over elsewhere: the run's own write was refused
+            state.phase.end_for(Ending.LEASE_LOST)  # taken over: its own write was refused
         if state.lease_lost or (isinstance(event, RunCancelled) and not state.stop_requested):
             # Server shutdown (or a lease lost): the checkpoint resumes the run in the
             # next process. No `done` record: clients reconnect and continue there.
-            state.abandoned = True
-            state.finished = True
+            state.phase.abandon()
             state.append_nothing()
             return
         try:
-            with self.fenced(state.run_id, state.epoch):
+            with self.cluster.fenced(state.run_id, state.epoch):
                 reply = await self._record_outcome(state, event)
             await self.pauses.mark_decided(state, reply)  # Allowed / Denied stay on the cards
             # The finished reply keeps its switcher, model and usage (its part of the tree).
-            tree = await self.chats.tree_around(state.chat_id, [reply.run_id])
+            tree = await self.store.tree_around(state.chat_id, [reply.run_id])
             annotate(reply, tree.versions([tree.nodes[reply.run_id]]))
         except FencedOffError:  # taken over elsewhere: that attempt records the outcome
             logger.warning("run %s: another process took it over; nothing recorded", state.run_id)
-            state.lease_lost = state.abandoned = state.finished = True
+            state.phase.end_for(Ending.LEASE_LOST)
+            state.phase.abandon()
             state.append_nothing()
             return
         except Exception as exc:  # the store failed: say so on the reply, keep the run owed
             logger.exception("run %s: could not record its outcome", state.run_id)
             reply = state.reply
             reply.status, reply.error = "failed", f"The reply could not be saved: {exc}"
-        await render_replies([reply])  # its Markdown, off the event loop
+        await self.fragments.draw([reply])  # its Markdown, off the event loop
         state.reply = reply
-        state.finished = True
+        state.phase.finish()
         html = self.fragments.final_reply(state.chat_id, reply)
-        self._record(state, names.DONE, html, {"reply": reply_to_json(reply)})
-        await self._let_go(state)
+        self._record(state, DONE, html, {"reply": reply_to_json(reply)})
+        await self._release_lease(state)
         logger.info(
             "chat %s: run %s %s (%d characters, %d tool calls)",
             state.chat_id,
@@ -377,9 +364,9 @@ class RunManager:
             if event.result.finish_reason == "length":
                 meta = {"finish_reason": "length"}
             if state.continues is None:
-                await self.chats.end_run(chat_id, run_id)
+                await self.store.end_run(chat_id, run_id)
                 return reply_from_entries(run_id, produced, "completed", meta=meta)
-            entries = await self.chats.end_continuation(
+            entries = await self.store.end_continuation(
                 chat_id, run_id, state.continues, produced, meta
             )
             return reply_from_entries(state.continues, entries[1:], "completed", meta=meta)
@@ -394,11 +381,11 @@ class RunManager:
         if state.continues is None and (not entries or not isinstance(entries[0], UserEntry)):
             # Refused before its first save: keep the user's message anyway.
             entries = [UserEntry(state.input_text), *entries]
-        kept = await self.keep_ended(chat_id, run_id, entries, meta, state.continues)
+        kept = await self.store_ended(chat_id, run_id, entries, meta, state.continues)
         status: ReplyStatus = "stopped" if isinstance(event, RunCancelled) else "failed"
         return reply_from_entries(state.continues or run_id, kept[1:], status, meta=meta)
 
-    async def keep_ended(
+    async def store_ended(
         self,
         chat_id: str,
         run_id: str,
@@ -410,10 +397,10 @@ class RunManager:
         its own run_id (a continuation's join the reply it continues), then its
         checkpoint goes (a resume would write them again). Returns the segment's entries."""
         if continues is not None:
-            return await self.chats.end_continuation(chat_id, run_id, continues, entries, meta)
+            return await self.store.end_continuation(chat_id, run_id, continues, entries, meta)
         if entries:
             await self.session.append(chat_id, entries, run_id=run_id, meta=meta)
-        await self.chats.end_run(chat_id, run_id)  # and the checkpoint goes with it
+        await self.store.end_run(chat_id, run_id)  # and the checkpoint goes with it
         return entries
 
     async def settle(self, chat_id: str) -> None:
@@ -432,8 +419,8 @@ class RunManager:
         """Stop a live run and keep what it produced; a no-op for a finished one."""
         if state.finished:
             return
-        await self.chats.request_stop(state.chat_id, state.run_id)
-        state.stop_requested = True
+        await self.store.request_stop(state.chat_id, state.run_id)
+        state.phase.end_for(Ending.STOP)
         if not await self._cancel(state):
             return
         await self._finalize(state)
@@ -442,15 +429,12 @@ class RunManager:
         """A stop for the chat's active run ``run_id``, which this process does not
         execute. If another process does, ask it (False: wait for the run to end, see
         `wait_ended`); else store what its checkpoint holds as stopped (True)."""
-        if self.cluster is None:
-            await self.stop_orphan(chat, run_id)
-            return True
-        await self.chats.request_stop(chat.id, run_id)
+        await self.store.request_stop(chat.id, run_id)
         epoch = self.next_epoch()
         if not await self.cluster.claim(run_id, chat.id, epoch):
             await self.cluster.request_stop(run_id)
             return False
-        with self.fenced(run_id, epoch):
+        with self.cluster.fenced(run_id, epoch):
             await self.stop_orphan(chat, run_id)
         await self.cluster.release(run_id, epoch)
         return True
@@ -460,7 +444,7 @@ class RunManager:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + STOP_TIMEOUT
         while loop.time() < deadline:
-            chat = await self.chats.get(EVERY_CHAT, chat_id)
+            chat = await self.store.get(EVERY_CHAT, chat_id)
             if chat is None or chat.active_run_id != run_id:
                 return
             await asyncio.sleep(ENDED_POLL)
@@ -469,16 +453,16 @@ class RunManager:
     async def stop_orphan(self, chat: Chat, run_id: str) -> None:
         """A stop for a run the chat owes but no task runs (a crash interrupted it):
         store what its checkpoint holds as stopped."""
-        await self.chats.request_stop(chat.id, run_id)
+        await self.store.request_stop(chat.id, run_id)
         snapshot = await self.checkpointer.load(run_id)
         entries = drop_dangling_tool_calls(snapshot.entries) if snapshot is not None else []
-        await self.keep_ended(
+        await self.store_ended(
             chat.id, run_id, entries, {"status": "stopped"}, chat.continues_run_id
         )
 
     async def discard(self, state: RunState) -> None:
         """Cancel a live run whose chat is being deleted: it records nothing more."""
-        state.discarded = True
+        state.phase.end_for(Ending.DISCARD)
         if not state.finished:
             await self._cancel(state)
 
@@ -505,9 +489,9 @@ class RunManager:
         """Resume every run the database says is still owed (`Recovery.recover`)."""
         return await self.recovery.recover()
 
-    async def _let_go(self, state: RunState) -> None:
-        """With other processes: the run's records are written, its lease released."""
-        if self.cluster is None or state.follower:
+    async def _release_lease(self, state: RunState) -> None:
+        """The run's records are written for the other processes, its lease released."""
+        if state.follower:
             return
         try:
             await self.cluster.flush()
@@ -516,6 +500,13 @@ class RunManager:
             logger.exception("run %s: could not release its lease", state.run_id)
 
     # --- with other processes (webapp.web.live.lease_keeper calls these) ----------------------
+
+    def wake_followers(self, run_id: str) -> None:
+        """Another process wrote events of ``run_id`` ("*": of any run)."""
+        self.followers.wake(run_id)
+
+    async def poll_followers(self, now: float) -> None:
+        await self.followers.poll(now)
 
     def owned(self) -> dict[str, RunState]:
         """The runs this process executes right now, by run id."""
@@ -527,7 +518,7 @@ class RunManager:
 
     def give_up(self, state: RunState) -> None:
         """Its lease is lost: another process may resume it; this one records nothing."""
-        state.lease_lost = True
+        state.phase.end_for(Ending.LEASE_LOST)
         if state.handle is not None:
             state.handle.cancel()  # finalized as abandoned: nothing recorded here
 
@@ -537,7 +528,7 @@ class RunManager:
         state = self._runs.get(run_id)
         if state is None or state.finished or state.handle is None:
             return
-        state.stop_requested = True
+        state.phase.end_for(Ending.STOP)
         state.handle.cancel()
 
     async def shutdown(self, timeout: float = 10.0) -> None:

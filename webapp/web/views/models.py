@@ -16,8 +16,9 @@ from webapp.chats.settings import MAX_INSTRUCTIONS_CHARS
 from webapp.chats.text import message_text
 from webapp.web.app_state import web
 from webapp.web.auth import owner_of
-from webapp.web.chat_models import NoSuchChat, Refused, SaveOutcome
+from webapp.web.chat_models import Refused, SaveOutcome
 from webapp.web.forms import FormError, byte_limit, read_fields
+from webapp.web.outcomes import ChatNotFound
 from webapp.web.views.responses import (
     NO_CHAT,
     error_page,
@@ -65,7 +66,7 @@ async def save_instructions(request: Request) -> Response:
 
 
 async def _saved(request: Request, chat_id: str, outcome: SaveOutcome) -> Response:
-    if isinstance(outcome, NoSuchChat):
+    if isinstance(outcome, ChatNotFound):
         return await refuse(request, 404, NO_CHAT)
     if isinstance(outcome, Refused):
         chat = await web(request).chats.get(owner_of(request), chat_id)

@@ -1,12 +1,14 @@
 """Several app processes on one PostgreSQL database (SPEC §9): who runs a run, and its events.
 
-With SQLite there is one process and none of this exists. On PostgreSQL any
-number of processes share the database, and this module is how they agree:
+`PostgresCluster` is the `webapp.stores.cluster.Cluster` of several processes
+(one process alone has the `LocalCluster` of `webapp.web.live.local_cluster`).
+Any number of processes share the database, and this module is how they agree,
+with the tables it needs (`CLUSTER_TABLES`, created with the chat tables):
 
 - **Leases** (``run_leases``): a run is executed by the process whose lease on
   it is unexpired -- by the database's clock (``now()``), so clock skew between
-  hosts does not matter. The owner renews its leases every `RENEW_SECONDS`;
-  a lease not renewed for `LEASE_SECONDS` is expired, and any process that
+  hosts does not matter. The owner renews its leases every `LeaseTimes.renew`;
+  a lease not renewed for `LeaseTimes.seconds` is expired, and any process that
   finds a run still owed with no live lease claims it (one conditional
   upsert: exactly one claimant wins) and resumes it from its checkpoint. An
   owner that could not renew in time cancels its runs itself, so two
@@ -29,7 +31,7 @@ number of processes share the database, and this module is how they agree:
   events (inserted only while the lease is the writer's). An owner that
   stalled past its lease and wakes after another process took the run over
   can therefore write nothing: its next write raises `FencedOffError`, which
-  stops the run there without recording anything (`RunManager`).
+  stops the run there without recording anything (`webapp.web.live.runs`).
 - **Chat locks**: an advisory lock per chat, held for a chat operation on a
   connection of its own, which is also the connection the operation's
   database work runs on (`webapp.stores.postgres.pinned`). So an operation and
@@ -47,23 +49,24 @@ import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
+from webapp.stores.cluster import EventRow, LeaseTimes
 from webapp.stores.postgres import (
     Fence,
     connection_gone,
+    fenced,
     pinned,
     pinned_connection,
     redact_dsn,
 )
 
-logger = logging.getLogger("webapp.web.live.cluster")
+__all__ = ["CLUSTER_TABLES", "EventRow", "PostgresCluster"]
 
-LEASE_SECONDS = 10.0  # a lease not renewed for this long is another process's to take
-RENEW_SECONDS = 2.0  # renewals, the scan for runs nobody owns, and followers' polls
+logger = logging.getLogger("webapp.stores.postgres_cluster")
+
 FLUSH_SECONDS = 0.02  # events are written in batches at most this far apart
 FLUSH_TIMEOUT = 10.0  # a flush gives up after this long (the database is unreachable)
 LOCK_CONNECTIONS = 8  # chat operations holding their lock at once; more wait for one
@@ -125,27 +128,46 @@ ON CONFLICT DO NOTHING
 """
 
 
-@dataclass(frozen=True)
-class EventRow:
-    seq: int
-    event: str
-    data: str
-    delta: dict[str, Any] | None
+# The run leases and event log, on PostgreSQL only. Created with the chat tables
+# (`webapp.chats.store`), so the chat database's migrations stay in one place.
+CLUSTER_TABLES = """
+CREATE TABLE IF NOT EXISTS run_leases (
+    run_id     TEXT PRIMARY KEY,
+    chat_id    TEXT NOT NULL,
+    owner      TEXT NOT NULL,
+    epoch      TEXT NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX IF NOT EXISTS run_leases_by_owner ON run_leases (owner);
+CREATE TABLE IF NOT EXISTS run_events (
+    run_id     TEXT NOT NULL,
+    epoch      TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    event      TEXT NOT NULL,
+    data       TEXT NOT NULL,
+    delta      TEXT,
+    written_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, epoch, seq)
+);
+CREATE INDEX IF NOT EXISTS run_events_by_time ON run_events (written_at);
+"""
 
 
-class Cluster:
+class PostgresCluster:
     """This process's view of the others: its leases, its event writes, its wake-ups.
 
-    ``owner`` names this process in the lease table. `start` opens the
+    ``owner`` names this process in the lease table; ``lease`` is how long a lease
+    lasts unrenewed (`LeaseTimes`). `start` opens the
     connections (chat locks have a pool of their own); the callbacks run on
     this process's loop when another process writes events
     (``on_events(run_id)``), asks for a stop (``on_stop(run_id)``) or hands
     runs over (``on_handover()``).
     """
 
-    def __init__(self, dsn: str, owner: str) -> None:
+    def __init__(self, dsn: str, owner: str, lease: LeaseTimes | None = None) -> None:
         self.dsn = dsn
         self.owner = owner
+        self.lease = lease or LeaseTimes()
         self.on_events: Callable[[str], None] = lambda run_id: None
         self.on_stop: Callable[[str], None] = lambda run_id: None
         self.on_handover: Callable[[], None] = lambda: None
@@ -159,7 +181,7 @@ class Cluster:
         self._writer: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
-        return f"Cluster({redact_dsn(self.dsn)!r}, owner={self.owner!r})"
+        return f"PostgresCluster({redact_dsn(self.dsn)!r}, owner={self.owner!r})"
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -211,7 +233,7 @@ class Cluster:
     @property
     def pool(self) -> asyncpg.Pool:
         if self._pool is None:
-            raise RuntimeError("the cluster connection is not started (Cluster.start)")
+            raise RuntimeError("the cluster connection is not started (PostgresCluster.start)")
         return self._pool
 
     # --- wake-ups --------------------------------------------------------------------
@@ -246,7 +268,7 @@ class Cluster:
                 await _unlock(held, key)
             return
         if self._locks is None:
-            raise RuntimeError("the cluster connection is not started (Cluster.start)")
+            raise RuntimeError("the cluster connection is not started (PostgresCluster.start)")
         # Released to the pool, a connection is reset, which drops any lock it still has.
         async with self._locks.acquire() as conn:
             await conn.execute(_LOCK, key)
@@ -262,11 +284,18 @@ class Cluster:
         """What every write of attempt ``epoch`` of ``run_id`` checks: it holds the lease."""
         return Fence(_FENCE, (run_id, self.owner, epoch), f"attempt {epoch} of run {run_id}")
 
+    def fenced(self, run_id: str, epoch: str) -> contextlib.AbstractContextManager[None]:
+        """Each write in the block (and in tasks it starts) is refused with
+        `FencedOffError` once attempt ``epoch`` no longer holds the lease."""
+        return fenced(self.fence(run_id, epoch))
+
     # --- leases ----------------------------------------------------------------------
 
     async def claim(self, run_id: str, chat_id: str, epoch: str) -> bool:
         """Take the lease on ``run_id`` if nobody holds a live one; True if this process has it."""
-        found = await self.pool.fetchval(_CLAIM, run_id, chat_id, self.owner, epoch, LEASE_SECONDS)
+        found = await self.pool.fetchval(
+            _CLAIM, run_id, chat_id, self.owner, epoch, self.lease.seconds
+        )
         return found is not None
 
     async def renew(self, attempts: Mapping[str, str]) -> tuple[set[str], set[str]]:
@@ -277,7 +306,7 @@ class Cluster:
         run_ids = list(attempts)
         async with self.pool.acquire() as conn:
             held = await conn.fetch(
-                _RENEW, self.owner, run_ids, [attempts[r] for r in run_ids], LEASE_SECONDS
+                _RENEW, self.owner, run_ids, [attempts[r] for r in run_ids], self.lease.seconds
             )
             stops = await conn.fetch(
                 "SELECT stop_requested_run_id FROM chats WHERE stop_requested_run_id = "
@@ -318,10 +347,10 @@ class Cluster:
     # --- run events ------------------------------------------------------------------
 
     def write(
-        self, run_id: str, epoch: str, seq: int, event: str, data: str, delta: str | None
+        self, run_id: str, epoch: str, seq: int, event: str, data: str, delta: dict[str, Any]
     ) -> None:
         """Queue one log record for the next batch (written within `FLUSH_SECONDS`)."""
-        self._pending.append((run_id, epoch, seq, event, data, delta))
+        self._pending.append((run_id, epoch, seq, event, data, json.dumps(delta)))
         self._flushed.clear()
         self._flush_wanted.set()
 

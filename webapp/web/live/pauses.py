@@ -8,7 +8,7 @@ prevents:
 - `record`: a paused run is noted in ``paused_runs`` before its ``done`` record
   goes out, so from then on no recovery and no other process spends a task on
   it; the chat keeps its ``active_run_id``, so its other operations answer 409
-  and Stop ends it as a stopped reply (`RunManager.stop_orphan`).
+  and Stop ends it as a stopped reply (`stop_orphan`, `webapp.web.live.runs`).
 - `shown`: a waiting reply is read from the checkpoint each time a page shows
   it, never from a copy in memory: a decision in another tab or process, or a
   restart, cannot leave a page offering buttons for a call already decided.
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from webapp.chats.store import Chat
 from webapp.chats.tool_approvals import Decision
@@ -33,33 +32,31 @@ from webapp.events import RunPaused
 from webapp.runtime.approvals import record_decisions
 from webapp.stores.checkpoint import RunSnapshot
 from webapp.transcript import ToolCallEntry
+from webapp.web.live.host import RunHost
+from webapp.web.live.reply import ReplyView
 from webapp.web.live.run_state import RunState
-from webapp.web.view_models import ReplyView
 
-if TYPE_CHECKING:
-    from webapp.web.live.runs import RunManager
-
-logger = logging.getLogger("webapp.web.live.approvals")
+logger = logging.getLogger("webapp.web.live.pauses")
 
 SHOWN_EPOCH = "waiting"  # the epoch of a waiting reply read for a page: no log, no stream
 
 
 class Pauses:
-    """The paused runs of one `RunManager`."""
+    """The paused runs of this process's runs (``runs``: what it uses of them)."""
 
-    def __init__(self, runs: RunManager) -> None:
+    def __init__(self, runs: RunHost) -> None:
         self.runs = runs
 
     async def record(self, state: RunState, event: RunPaused) -> ReplyView:
         """The run paused (chat lock held): note it, and return its reply as it waits."""
         spent = [p.call.call_id for p in event.pending if p.may_have_run]
-        await self.runs.chats.approvals.pause(state.chat_id, state.run_id, spent)
+        await self.runs.store.approvals.pause(state.chat_id, state.run_id, spent)
         reply = state.reply
         for pending in event.pending:  # a call the stream never showed still gets its card
             reply.start_tool(pending.call)
         reply.status = "waiting"
         waiting = {p.call.call_id: p.may_have_run for p in event.pending}
-        reply.mark_approvals(await self.runs.chats.approvals.of_run(state.run_id), waiting)
+        reply.mark_approvals(await self.runs.store.approvals.of_run(state.run_id), waiting)
         logger.info(
             "chat %s: run %s waits for approval of %s",
             state.chat_id,
@@ -77,25 +74,26 @@ class Pauses:
         snapshot = await self.runs.checkpointer.load(run_id)
         if snapshot is None or snapshot.status != "interrupted" or not snapshot.head.pending:
             return None
-        text, reply = await self.runs.recovery.reply_of(chat, run_id, snapshot.entries)
+        recovery = self.runs.recovery
+        text, reply = await recovery.reply_from_checkpoint(chat, run_id, snapshot.entries)
         reply.status = "waiting"
         await self.mark(run_id, reply, snapshot)
         state = RunState(chat.id, run_id, SHOWN_EPOCH, text, reply)
         state.continues = chat.continues_run_id
-        state.finished = True
+        state.phase.finish()
         return state
 
     async def mark(self, run_id: str, reply: ReplyView, snapshot: RunSnapshot) -> None:
         """Each card of ``reply`` says what was decided, and which calls wait."""
         waiting = {str(p["call_id"]): bool(p.get("may_have_run")) for p in snapshot.head.pending}
-        reply.mark_approvals(await self.runs.chats.approvals.of_run(run_id), waiting)
+        reply.mark_approvals(await self.runs.store.approvals.of_run(run_id), waiting)
 
     async def mark_decided(self, state: RunState, reply: ReplyView) -> None:
         """The cards of a run's final ``reply`` say what the user decided on them (a
         continuation's reply holds its own calls and those of the reply it continues)."""
         if not reply.tools:
             return
-        approvals = self.runs.chats.approvals
+        approvals = self.runs.store.approvals
         decided = await approvals.of_run(state.continues) if state.continues else {}
         reply.mark_approvals({**decided, **await approvals.of_run(state.run_id)})
 
@@ -105,7 +103,7 @@ class Pauses:
         head = snapshot.head
         if snapshot.status != "interrupted" or not head.pending:
             return  # a running head: its loop decides (and pauses again where it must)
-        recorded = await self.runs.chats.approvals.of_run(run_id)
+        recorded = await self.runs.store.approvals.of_run(run_id)
         owed = {
             call_id: "deny" if recorded[call_id] == "deny" else "allow"
             for call_id in (str(p["call_id"]) for p in head.pending)
@@ -128,16 +126,16 @@ class Pauses:
         if chat.active_run_id != run_id:
             return None
         epoch = runs.next_epoch()
-        if runs.cluster is not None and not await runs.cluster.claim(run_id, chat.id, epoch):
+        if not await runs.cluster.claim(run_id, chat.id, epoch):
             return None  # another process holds it: it resumed the run a moment ago
         try:
-            with runs.fenced(run_id, epoch):
+            with runs.cluster.fenced(run_id, epoch):
                 state = await self._resume(chat, run_id, call_id, decision, epoch)
         except BaseException:
-            await self._release(run_id, epoch)
+            await runs.cluster.release(run_id, epoch)
             raise
         if state is None:
-            await self._release(run_id, epoch)
+            await runs.cluster.release(run_id, epoch)
             return None
         await runs.recovery.launch(state)
         return state
@@ -151,15 +149,11 @@ class Pauses:
         if snapshot is None or not calls:
             return None
         grant = calls[call_id] if decision == "always" else None
-        await runs.chats.approvals.decide(
+        await runs.store.approvals.decide(
             chat.id, run_id, {c: decision for c in calls}, grant=grant
         )
         logger.info("chat %s: run %s: %s %s", chat.id, run_id, decision, ", ".join(calls))
         return await runs.recovery.resumable(chat, run_id, snapshot, epoch)
-
-    async def _release(self, run_id: str, epoch: str) -> None:
-        if self.runs.cluster is not None:
-            await self.runs.cluster.release(run_id, epoch)
 
 
 def _decided_calls(
