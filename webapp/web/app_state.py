@@ -33,7 +33,7 @@ class WebApp:
     store: ChatStore
     session: Session
     checkpointer: Checkpointer
-    keeper: LeaseKeeper | None  # with other processes on PostgreSQL (webapp.stores.postgres_cluster)
+    keeper: LeaseKeeper | None  # several processes on PostgreSQL (stores.postgres_cluster)
     agents: ChatAgents  # each chat's agent: built-in tools, MCP servers, grants
     max_message_chars: int
     model_description: str

@@ -71,6 +71,7 @@ def body_timeout() -> float:
         _from_env.append(_seconds_from_env("WEBAPP_BODY_TIMEOUT", 10.0))
     return _from_env[0]
 
+
 # Default-ignorable characters that are letters or marks rather than format
 # characters (Hangul fillers, the combining grapheme joiner, Khmer inherent vowels,
 # Mongolian and other variation selectors), and the blank Braille pattern.

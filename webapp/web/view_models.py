@@ -51,6 +51,7 @@ __all__ = [
     "tool_dom_id",
 ]
 
+
 @dataclass(frozen=True)
 class UserView:
     run_id: str  # the run whose input this message is: the Edit key

@@ -213,5 +213,3 @@ def split_run(entries: list[Entry]) -> tuple[UserEntry | None, list[Entry]]:
     if entries and isinstance(entries[0], UserEntry):
         return entries[0], list(entries[1:])
     return None, list(entries)
-
-
