@@ -1,4 +1,4 @@
-"""Chat locks across processes (`webapp.web.live.cluster`): held on the connection that works.
+"""Chat locks across processes (`webapp.stores.postgres_cluster`): held on the connection that works.
 
 Each `Cluster` here is what one app process has; they share only the
 database. A chat lock is an advisory lock on a connection of its own, and the

@@ -34,7 +34,6 @@ from webapp.stores.codec import (
     SQL_INT_MAX,
     check_id,
     decode_all,
-    decode_entries,
     decode_segments,
     encode_entries,
     encode_meta,
@@ -46,10 +45,12 @@ from webapp.stores.session import (
     check_non_negative,
     longest_untrimmed,
     new_run_id,
-    plan_rewind,
 )
-from webapp.stores.tx import PostgresTx
+from webapp.stores.tx import PostgresTx, numbered
 from webapp.transcript import Entry
+
+# The rows a rewind can touch (`webapp.stores.segment_rows`), as PostgreSQL takes it.
+TAIL_SQL = numbered(segment_rows.TAIL_SQL)
 
 SCHEMA_NAME = "session"
 SCHEMA_VERSION = 1
@@ -67,12 +68,6 @@ CREATE TABLE IF NOT EXISTS session_segments (
 );
 CREATE INDEX IF NOT EXISTS session_segments_end
     ON session_segments (session_id, (first_entry + entry_count));
-"""
-
-# The rows a rewind can touch: those ending past the cut, through the index.
-TAIL_SQL = """
-SELECT seq, run_id, first_entry, entries_json FROM session_segments
-WHERE session_id = $1 AND first_entry + entry_count > $2 ORDER BY seq
 """
 
 
@@ -105,19 +100,11 @@ class PostgresSession(PostgresBacked):
     # --- the Session protocol ---------------------------------------------------
 
     async def segments(self, session_id: str) -> list[Segment]:
-        rows = await self._store.fetch(
-            "SELECT seq, run_id, entries_json, meta_json FROM session_segments "
-            "WHERE session_id = $1 ORDER BY seq",
-            session_id,
-        )
+        rows = await self._store.fetch(numbered(segment_rows.SEGMENTS_SQL), session_id)
         return decode_segments(session_id, rows)
 
     async def load(self, session_id: str) -> list[Entry]:
-        rows = await self._store.fetch(
-            "SELECT seq, run_id, entries_json FROM session_segments "
-            "WHERE session_id = $1 ORDER BY seq",
-            session_id,
-        )
+        rows = await self._store.fetch(numbered(segment_rows.LOAD_SQL), session_id)
         return decode_all(session_id, rows)
 
     async def append(
@@ -146,11 +133,7 @@ class PostgresSession(PostgresBacked):
         return run_id
 
     async def clear(self, session_id: str) -> None:
-        async def drop(conn: asyncpg.Connection) -> None:
-            await lock_session(conn, session_id)
-            await conn.execute("DELETE FROM session_segments WHERE session_id = $1", session_id)
-
-        await self._store.transaction(drop)
+        await self._store.transaction(lambda conn: segment_rows.clear(PostgresTx(conn), session_id))
 
     # --- maintenance --------------------------------------------------------------
 
@@ -158,33 +141,9 @@ class PostgresSession(PostgresBacked):
         """Cut the flat transcript to its first ``keep_entries`` entries; see SPEC §2."""
         check_non_negative(keep_entries=keep_entries)
 
-        async def cut(conn: asyncpg.Connection) -> int:
-            await lock_session(conn, session_id)
-            # A cut at 0 also takes empty runs at the very start: 0 empties the session.
-            rows = await conn.fetch(TAIL_SQL, session_id, keep_entries if keep_entries > 0 else -1)
-            tail = [
-                (first, Segment(run_id, decode_entries(session_id, seq, run_id, data)))
-                for seq, run_id, first, data in rows
-            ]
-            plan = plan_rewind(tail, keep_entries)
-            if plan.delete:
-                await conn.execute(
-                    "DELETE FROM session_segments WHERE session_id = $1 AND run_id = ANY($2)",
-                    session_id,
-                    plan.delete,
-                )
-            if plan.truncate is not None:
-                await conn.execute(
-                    "UPDATE session_segments SET entries_json = $1, entry_count = $2, "
-                    "meta_json = NULL WHERE session_id = $3 AND run_id = $4",
-                    encode_entries(plan.truncate.entries),
-                    len(plan.truncate.entries),
-                    session_id,
-                    plan.truncate.run_id,
-                )
-            return plan.removed
-
-        return await self._store.transaction(cut)
+        return await self._store.transaction(
+            lambda conn: segment_rows.rewind(PostgresTx(conn), session_id, keep_entries)
+        )
 
     async def trim_tool_results(
         self, session_id: str, *, keep_chars: int = 400, keep_runs: int = 1

@@ -21,12 +21,13 @@ from typing import Any
 
 import aiosqlite
 
+from webapp.stores import segment_rows
+
 # The row encoding is shared with PostgreSQL (webapp.stores.codec); the names the
 # SQL code below has always called stay, so that code reads as it did.
 from webapp.stores.codec import SQL_INT_MAX as _SQL_INT_MAX
 from webapp.stores.codec import check_id as _check_id
 from webapp.stores.codec import decode_all as _decode_all
-from webapp.stores.codec import decode_entries as _decode_entries
 from webapp.stores.codec import decode_segments as _decode_segments
 from webapp.stores.codec import encode_entries as _encode_entries
 from webapp.stores.codec import encode_meta as _encode_meta
@@ -37,10 +38,13 @@ from webapp.stores.session import (
     check_non_negative,
     longest_untrimmed,
     new_run_id,
-    plan_rewind,
 )
 from webapp.stores.sqlite import SQLiteBacked
+from webapp.stores.tx import SQLiteTx
 from webapp.transcript import Entry
+
+# The rows a rewind can touch (`webapp.stores.segment_rows`, read through its index).
+TAIL_SQL = segment_rows.TAIL_SQL
 
 SCHEMA_NAME = "session"
 SCHEMA_VERSION = 1
@@ -58,13 +62,6 @@ CREATE TABLE IF NOT EXISTS session_segments (
 );
 CREATE INDEX IF NOT EXISTS session_segments_end
     ON session_segments (session_id, first_entry + entry_count);
-"""
-
-# The rows a rewind can touch: those ending past the cut. The condition
-# matches the expression index, so only the tail is read.
-TAIL_SQL = """
-SELECT seq, run_id, first_entry, entries_json FROM session_segments
-WHERE session_id = ? AND first_entry + entry_count > ? ORDER BY seq
 """
 
 # The rows a trim may shorten: the runs before the last :keep_runs whose JSON
@@ -90,19 +87,11 @@ class SQLiteSession(SQLiteBacked):
     # --- the Session protocol ---------------------------------------------------
 
     async def segments(self, session_id: str) -> list[Segment]:
-        rows = await self._store.fetchall(
-            "SELECT seq, run_id, entries_json, meta_json FROM session_segments "
-            "WHERE session_id = ? ORDER BY seq",
-            (session_id,),
-        )
+        rows = await self._store.fetchall(segment_rows.SEGMENTS_SQL, (session_id,))
         return _decode_segments(session_id, rows)
 
     async def load(self, session_id: str) -> list[Entry]:
-        rows = await self._store.fetchall(
-            "SELECT seq, run_id, entries_json FROM session_segments "
-            "WHERE session_id = ? ORDER BY seq",
-            (session_id,),
-        )
+        rows = await self._store.fetchall(segment_rows.LOAD_SQL, (session_id,))
         return _decode_all(session_id, rows)
 
     async def append(
@@ -129,9 +118,7 @@ class SQLiteSession(SQLiteBacked):
         return run_id
 
     async def clear(self, session_id: str) -> None:
-        await self._store.execute(
-            "DELETE FROM session_segments WHERE session_id = ?", (session_id,)
-        )
+        await self._store.write(lambda db: segment_rows.clear(SQLiteTx(db), session_id))
 
     # --- maintenance --------------------------------------------------------------
 
@@ -139,36 +126,9 @@ class SQLiteSession(SQLiteBacked):
         """Cut the flat transcript to its first ``keep_entries`` entries; see SPEC §2."""
         check_non_negative(keep_entries=keep_entries)
 
-        async def cut(db: aiosqlite.Connection) -> int:
-            # Only rows ending past the cut (the tail) are read. A cut at 0
-            # also takes empty runs at the very start: 0 empties the session.
-            rows = await db.execute_fetchall(
-                TAIL_SQL, (session_id, keep_entries if keep_entries > 0 else -1)
-            )
-            tail = [
-                (first, Segment(run_id, _decode_entries(session_id, seq, run_id, data)))
-                for seq, run_id, first, data in rows
-            ]
-            plan = plan_rewind(tail, keep_entries)
-            if plan.delete:
-                await db.executemany(
-                    "DELETE FROM session_segments WHERE session_id = ? AND run_id = ?",
-                    [(session_id, run_id) for run_id in plan.delete],
-                )
-            if plan.truncate is not None:
-                await db.execute(
-                    "UPDATE session_segments SET entries_json = ?, entry_count = ?, "
-                    "meta_json = NULL WHERE session_id = ? AND run_id = ?",
-                    (
-                        _encode_entries(plan.truncate.entries),
-                        len(plan.truncate.entries),
-                        session_id,
-                        plan.truncate.run_id,
-                    ),
-                )
-            return plan.removed
-
-        return await self._store.write(cut)
+        return await self._store.write(
+            lambda db: segment_rows.rewind(SQLiteTx(db), session_id, keep_entries)
+        )
 
     async def trim_tool_results(
         self, session_id: str, *, keep_chars: int = 400, keep_runs: int = 1

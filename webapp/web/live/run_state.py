@@ -131,7 +131,7 @@ class RunState:
     @property
     def paused(self) -> bool:
         """It waits for a tool approval: nothing runs it, and its reply is read from the
-        database (`webapp.web.live.approvals`), where a decision may have changed it."""
+        database (`webapp.web.live.pauses`), where a decision may have changed it."""
         return self.finished and self.reply.status == "waiting"
 
     @property
