@@ -53,7 +53,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     restarted, nginx, npm-installed servers, a wheel built)."""
     browser = _TESTS / "web" / "browser"
     for item in items:
-        if browser in Path(item.path).parents:
+        # The Chromium fixture is named "browser" wherever a test drives one.
+        if browser in Path(item.path).parents or "browser" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.browser)
         if _needs_postgres(item):
             item.add_marker(pytest.mark.postgres)
