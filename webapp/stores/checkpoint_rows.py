@@ -4,8 +4,8 @@ Both checkpointers keep a run as one ``checkpoint_heads`` row (replaced on every
 save, with the count of entries stored) and append-only ``checkpoint_entries``
 rows keyed by ``(run_id, idx)``: a save inserts only what the run produced since
 the last one, at the positions after those stored, so it costs what it adds and
-never rewrites a saved entry. The statements are here, once; they differ by
-dialect only where the back ends' guarantees do:
+never rewrites a saved entry. The statements are here, once (`delete` is the same
+on both); a save differs by dialect only where the back ends' guarantees do:
 
 - SQLite (`SQLITE_SAVE_ENTRIES`, then `SQLITE_SAVE_HEAD`, in one transaction of
   the store's single writer): the entries are numbered from the head's count as
@@ -19,6 +19,8 @@ dialect only where the back ends' guarantees do:
 """
 
 from __future__ import annotations
+
+from webapp.stores.tx import Tx
 
 # ?1 run_id, ?2 the entry's index among this save's, ?3 entry_json (executemany).
 SQLITE_SAVE_ENTRIES = """
@@ -50,3 +52,10 @@ INSERT INTO checkpoint_entries (run_id, idx, entry_json)
 SELECT $1, head.entry_count - cardinality($3::text[]) + new.ord::integer - 1, new.entry_json
 FROM head, unnest($3::text[]) WITH ORDINALITY AS new (entry_json, ord)
 """
+
+
+async def delete(tx: Tx, run_id: str) -> None:
+    """Remove a run's checkpoint, on either back end. The head goes first: on PostgreSQL
+    that takes the lock a concurrent save holds, so no entry outlives its head."""
+    await tx.execute("DELETE FROM checkpoint_heads WHERE run_id = ?", (run_id,))
+    await tx.execute("DELETE FROM checkpoint_entries WHERE run_id = ?", (run_id,))

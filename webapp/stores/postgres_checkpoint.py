@@ -25,12 +25,12 @@ from __future__ import annotations
 import json
 import uuid
 
-import asyncpg
-
+from webapp.stores import checkpoint_rows
 from webapp.stores.checkpoint import RunHead, RunSnapshot
 from webapp.stores.checkpoint_rows import POSTGRES_SAVE
 from webapp.stores.codec import decode_checkpoint_entries, decode_head, encode_head
 from webapp.stores.postgres import PostgresBacked
+from webapp.stores.tx import PostgresTx
 from webapp.transcript import Entry, entry_to_dict
 
 SCHEMA_NAME = "checkpoint"
@@ -97,8 +97,4 @@ class PostgresCheckpointer(PostgresBacked):
         return RunSnapshot(run_id, decode_checkpoint_entries(run_id, count, stored), head)
 
     async def delete(self, run_id: str) -> None:
-        async def remove(conn: asyncpg.Connection) -> None:
-            await conn.execute("DELETE FROM checkpoint_heads WHERE run_id = $1", run_id)
-            await conn.execute("DELETE FROM checkpoint_entries WHERE run_id = $1", run_id)
-
-        await self._store.transaction(remove)
+        await self._store.transaction(lambda conn: checkpoint_rows.delete(PostgresTx(conn), run_id))

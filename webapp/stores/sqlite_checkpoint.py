@@ -16,6 +16,7 @@ from typing import Any
 
 import aiosqlite
 
+from webapp.stores import checkpoint_rows
 from webapp.stores.checkpoint import RunHead, RunSnapshot
 from webapp.stores.checkpoint_rows import SQLITE_SAVE_ENTRIES, SQLITE_SAVE_HEAD
 
@@ -23,6 +24,7 @@ from webapp.stores.checkpoint_rows import SQLITE_SAVE_ENTRIES, SQLITE_SAVE_HEAD
 from webapp.stores.codec import decode_checkpoint_entries as _decode_entries
 from webapp.stores.codec import decode_head as _decode_head
 from webapp.stores.sqlite import SQLiteBacked
+from webapp.stores.tx import SQLiteTx
 from webapp.transcript import Entry, entry_to_dict
 
 SCHEMA_NAME = "checkpoint"
@@ -99,8 +101,4 @@ class SQLiteCheckpointer(SQLiteBacked):
         return RunSnapshot(run_id, _decode_entries(run_id, count, rows), head)
 
     async def delete(self, run_id: str) -> None:
-        async def remove(db: aiosqlite.Connection) -> None:
-            await db.execute("DELETE FROM checkpoint_entries WHERE run_id = ?", (run_id,))
-            await db.execute("DELETE FROM checkpoint_heads WHERE run_id = ?", (run_id,))
-
-        await self._store.write(remove)
+        await self._store.write(lambda db: checkpoint_rows.delete(SQLiteTx(db), run_id))
