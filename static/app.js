@@ -268,7 +268,8 @@
   document.addEventListener("htmx:beforeRequest", function (event) {
     var elt = requestElt(event);
     var find = elt instanceof Element && elt.closest("#messages") ? focusTarget(elt) : null;
-    pendingFocus = find ? { elt: elt, find: find, swapped: false } : null;
+    // Other requests (the usage total's refresh, search) leave a pending plan alone.
+    if (find) { pendingFocus = { elt: elt, find: find, swapped: false }; }
   });
 
   // The conversation is a live region for replies that complete (SPEC §18). A request
@@ -304,21 +305,23 @@
     refocusId = reply && reply.contains(document.activeElement) ? reply.id : null;
   });
 
-  document.addEventListener("htmx:afterSettle", function () {
+  // At settle, not at swap: htmx gives new content its behaviour (hx-get on the Cancel
+  // button, say) only then, and a key pressed on it before would submit the plain form.
+  document.addEventListener("htmx:afterSettle", function (event) {
     if (quiet) {
       quiet = false;
       // Two frames on: the accessibility tree has taken the swap in while it was off.
       requestAnimationFrame(function () { requestAnimationFrame(politeAgain); });
     }
-    if (pendingFocus && pendingFocus.swapped) {
+    // Only this request's own settle: another swap (the usage total's) may settle first.
+    if (pendingFocus && pendingFocus.swapped && requestElt(event) === pendingFocus.elt) {
       var find = pendingFocus.find;
       pendingFocus = null;
       if (focusLost()) { focusOn(find()); }
     }
-    if (refocusId !== null) {
-      var id = refocusId;
+    if (refocusId !== null && event.target instanceof Element && event.target.id === refocusId) {
       refocusId = null;
-      if (focusLost()) { focusOn(byId(id)); }
+      if (focusLost()) { focusOn(event.target); }
     }
   });
 
