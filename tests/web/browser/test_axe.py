@@ -22,6 +22,7 @@ from .harness import REPO_ROOT, AppFactory, AppServer
 from .ui import (
     TOOL,
     button,
+    expect_skip_link_lands,
     last_reply,
     message_box,
     open_new_chat,
@@ -84,7 +85,7 @@ def _add_admin(db: Path, name: str) -> None:
 
 
 def _sign_in(page: Page, name: str) -> None:
-    page.goto("/login")
+    expect_skip_link_lands(page, "/login", "main")
     expect_no_violations(page, "the sign-in page")
     page.get_by_label("User name").fill(name)
     page.get_by_label("Password").fill(PASSWORD)
@@ -137,6 +138,18 @@ def test_home_chat_admin_search_and_404_have_no_violation(
     page.goto("/admin/users")
     expect(page.get_by_role("heading", name="Users", exact=True)).to_be_visible()
     expect_no_violations(page, "/admin/users")
+    expect_skip_link_lands(page, "/admin/users", "main")
+    # At 320 px the users table scrolls in a box of its own; the page does not.
+    page.set_viewport_size({"width": 320, "height": 640})
+    page.goto("/admin/users")
+    sideways = "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+    assert page.evaluate(sideways) <= 0, "at 320 px /admin/users scrolls sideways"
+    table_box = page.get_by_role("region", name="Users table", exact=True)
+    assert table_box.evaluate("box => box.scrollWidth > box.clientWidth"), "nothing to scroll?"
+    table_box.focus()  # a keyboard user scrolls it with the arrow keys
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("() => document.activeElement.scrollLeft > 0")
+    expect_no_violations(page, "/admin/users at 320 px")
     page.goto("/chats/no-such-chat")
     expect(page.get_by_role("heading", level=1)).to_contain_text("404")
     expect_no_violations(page, "a 404")

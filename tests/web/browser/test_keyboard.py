@@ -17,6 +17,7 @@ from .harness import TOOL_ANSWER, AppServer
 from .ui import (
     TOOL,
     button,
+    expect_skip_link_lands,
     expect_version,
     last_reply,
     message_box,
@@ -37,10 +38,6 @@ def press(control: Locator, key: str = "Enter") -> None:
     control.focus()
     expect(control).to_be_focused()
     control.page.keyboard.press(key)
-
-
-def expect_focus_not_on_body(page: Page) -> None:
-    assert page.evaluate("() => document.activeElement !== document.body"), "focus is on <body>"
 
 
 def edit_box(page: Page) -> Locator:
@@ -240,20 +237,6 @@ def test_allow_and_deny_put_focus_on_the_reply_that_resumes(
 
 
 # --- Skip links ---------------------------------------------------------------------------
-
-
-def expect_skip_link_lands(page: Page, path: str, target: str) -> None:
-    """The page's first Tab stop is the skip link, and Enter on it focuses `target`."""
-    page.goto(path)
-    page.keyboard.press("Tab")
-    link = page.locator("a.skip-link")
-    expect(link).to_be_focused()
-    href = link.get_attribute("href") or ""
-    assert href == f"#{target}", f"{path}: the skip link points to {href!r}"
-    expect(page.locator(f"#{target}")).to_have_count(1)
-    page.keyboard.press("Enter")
-    expect(page.locator(f"#{target}")).to_be_focused()
-    expect_focus_not_on_body(page)
 
 
 def test_the_skip_link_lands_on_every_page(page: Page) -> None:
