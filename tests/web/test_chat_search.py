@@ -186,7 +186,7 @@ async def test_search_works_without_javascript(web_client_factory: MakeClient):
     result = parse_html((await client.http.get("/search?q=pelican")).text)
     links = result.find("ul", aria_label="Search results").find_all("a")
     assert [a.attrs["href"] for a in links] == [f"/chats/{chat_id}"]
-    assert "1 chat matches" in result.find(role="status").norm_text()
+    assert "1 chat matches" in result.find("main").find(role="status").norm_text()
 
 
 def _old_main(tmp: Path) -> Path:
