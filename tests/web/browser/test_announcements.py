@@ -86,8 +86,7 @@ def test_a_reply_streams_busy_and_is_announced_once_when_complete(page: Page) ->
     run_id = reply_states(page)[-1].run_id
     heard: list[dict[str, Any]] = page.evaluate("() => window.__heard")
     assert heard == [{"role": "assistant", "status": "completed", "runId": run_id}], (
-        "the log should have announced the finished reply once, and nothing else: "
-        f"{heard[:10]}"
+        f"the log should have announced the finished reply once, and nothing else: {heard[:10]}"
     )
 
 
