@@ -18,6 +18,7 @@ from playwright.sync_api import Page, expect
 
 from .harness import AppServer
 from .ui import (
+    TOOL,
     button,
     download_export,
     last_reply,
@@ -96,8 +97,12 @@ def test_messages_are_named_by_who_wrote_them(
     page = open_page(app)
     open_new_chat(page)
     send_and_wait(page, "count to 2")
-    send_and_wait(page, "count to 3")
+    send_and_wait(page, "what is 12*(3+4)?")
     expect(page.get_by_role("article", name="You", exact=True)).to_have_count(2)
+    # A tool's result inside a reply is named after the tool that wrote it.
+    card = last_reply(page).locator(TOOL)
+    expect(card).to_have_count(1)
+    expect(card).to_have_accessible_name("Tool calculator")
     expect(users(page).first).to_have_accessible_name("You")
     model = last_reply(page).get_attribute("data-model")
     assert model, "a reply of the offline model records its model"

@@ -87,6 +87,12 @@ def test_edit_cancel_and_save_and_send_keep_focus(page: Page) -> None:
     expect(last_reply(page)).to_be_focused()
 
 
+_FOCUS_RING_ON_A_REPLY = (
+    "() => document.activeElement.matches('[data-role=assistant]:focus-visible')"
+    " && getComputedStyle(document.activeElement).outlineStyle === 'solid'"
+)
+
+
 # --- Regenerate and the version switcher --------------------------------------------------
 
 
@@ -100,6 +106,8 @@ def test_regenerate_and_versions_keep_focus(page: Page) -> None:
         expect(last_reply(page)).to_be_focused()
         wait_status(page, "completed")
         expect(last_reply(page)).to_be_focused()
+        # ... and a sighted keyboard user sees where focus is (WCAG 2.4.7).
+        page.wait_for_function(_FOCUS_RING_ON_A_REPLY, timeout=5_000)
         expect_version(last_reply(page), count, count)
 
     switcher = versions(last_reply(page))
