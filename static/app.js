@@ -236,11 +236,19 @@
     };
   }
 
-  // Where focus goes after the request `elt` (a form, or the Cancel button) is answered.
+  // Where focus goes after the request `elt` (a form, the Cancel button, the link to
+  // earlier messages) is answered.
   function focusTarget(elt) {
     var message = elt.closest("[data-role=user], [data-role=assistant]");
     var id = message ? message.id : null;
     if (elt.closest(".versions")) { return versionTarget(elt, message); }
+    // Load earlier messages: the link to the page before that one, or the oldest message.
+    if (elt.closest(".earlier")) {
+      return function () {
+        return document.querySelector("#messages .earlier a") ||
+          document.querySelector("#messages [data-role=user], #messages [data-role=assistant]");
+      };
+    }
     if (elt.matches("form.edit-form")) { return lastReply; } // Save and send: the new reply
     var name = nameOf(elt instanceof HTMLButtonElement ? elt : elt.querySelector("button"));
     if (name === "Edit") {

@@ -7,13 +7,17 @@ reads `document.activeElement` (Playwright's to_be_focused).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from playwright.sync_api import Locator, Page, expect
+from webhelpers import write_long_chat
 
-from .harness import TOOL_ANSWER, AppServer
+from .harness import TOOL_ANSWER, AppFactory, AppServer
 from .ui import (
     TOOL,
     button,
@@ -242,6 +246,31 @@ def test_allow_and_deny_put_focus_on_the_reply_that_resumes(
         expect(reply.locator(".content")).to_contain_text(f"{TOOL_ANSWER}")
         expect(reply.locator(".content")).to_contain_text(answer)
         expect(reply).to_be_focused()
+
+
+# --- Earlier messages ----------------------------------------------------------------------
+
+
+def test_loading_earlier_messages_puts_focus_on_the_oldest(
+    start_app: AppFactory, open_page: Callable[..., Page], tmp_path: Path
+) -> None:
+    # Playwright's sync API runs an event loop in this thread: write from another.
+    with ThreadPoolExecutor(1) as pool:
+        chat_id = pool.submit(
+            asyncio.run, write_long_chat(tmp_path / "chat.db", "A longer conversation", 30)
+        ).result()
+    page = open_page(start_app())
+    page.goto(f"/chats/{chat_id}")
+    expect(page.locator("[data-role=user] .content").first).not_to_have_text("question 0")
+    # Focused, it scrolls into view, which loads the page by itself (hx-trigger intersect);
+    # Enter, if it is still there, does the same.
+    link = page.get_by_role("link", name="Load earlier messages", exact=True)
+    link.focus()
+    if link.count():
+        page.keyboard.press("Enter")
+    oldest = page.locator("[data-role=user]").first
+    expect(oldest.locator(".content")).to_have_text("question 0")
+    expect(oldest).to_be_focused()
 
 
 # --- Skip links ---------------------------------------------------------------------------
