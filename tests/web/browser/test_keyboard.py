@@ -97,6 +97,21 @@ _FOCUS_RING_ON_A_REPLY = (
 )
 
 
+def test_without_javascript_edit_lands_in_the_edit_box(
+    app: AppServer, open_page: Callable[..., Page]
+) -> None:
+    setup = open_page(app)
+    chat = open_new_chat(setup)
+    send_and_wait(setup, "count to 2")
+    page = open_page(app, java_script_enabled=False)
+    page.goto(chat)
+    press(button(users(page).first, "Edit"))  # a plain form: the chat page, editing
+    expect(page).to_have_url(re.compile(r"/edit\??$"))
+    expect(edit_box(page)).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(button(page, "Save and send")).to_be_focused()
+
+
 # --- Regenerate and the version switcher --------------------------------------------------
 
 
