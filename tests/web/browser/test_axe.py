@@ -2,8 +2,10 @@
 
 axe-core comes from npm like the reference MCP servers (`tests/mcp_servers/`, see the
 README's test command) and runs inside the page, on the DOM Chromium really built:
-home, a chat (finished, waiting for a tool decision, editing, menus open, dark mode),
-the Tools page, /admin/users, search (the page and as you type) and a 404.
+sign-in, home, a chat (finished, with versions, editing, menus open, streaming, refused
+with 409, stopped, waiting for a tool decision, in dark mode), the delete confirmation,
+the Tools page, /admin/users (also at 320 px), search (the page and as you type) and
+404s.
 """
 
 from __future__ import annotations
@@ -155,6 +157,25 @@ def test_home_chat_admin_search_and_404_have_no_violation(
     expect_no_violations(page, "a 404")
     page.goto("/no/such/address")
     expect_no_violations(page, "an unknown address")
+
+
+def test_a_streaming_refused_stopped_and_deleted_chat_has_no_violation(
+    app: AppServer, open_page: Callable[..., Page]
+) -> None:
+    page = open_page(app)
+    chat = open_new_chat(page)
+    send(page, "count to 3000")
+    expect(last_reply(page)).to_contain_text("1 2 3")
+    expect_no_violations(page, "a reply streaming")
+    send(page, "a second message while the first runs")
+    expect(page.locator("#composer-alert")).to_contain_text("still running")
+    expect_no_violations(page, "the 409 notice")
+    button(last_reply(page), "Stop").click()
+    wait_status(page, "stopped")
+    expect_no_violations(page, "a stopped reply")
+    page.goto(chat + "/delete")
+    expect(button(page, "Delete chat")).to_be_visible()
+    expect_no_violations(page, "the delete confirmation")
 
 
 def test_dark_mode_home_and_chat_have_no_violation(
