@@ -180,10 +180,11 @@
 
   // --- Focus is never lost (SPEC §18) ----------------------------------------------
   // Most actions swap out the very control that was pressed, and the browser then puts
-  // focus on <body>. Before each request we note where focus belongs once its answer is
-  // in (a function that finds that element); after the swap settles, and only if focus
-  // was really lost (not if the person has moved on, to the message box say), it goes
-  // there. A message element is made focusable (tabindex -1) only when it is focused.
+  // focus on <body>. Before a request made from the focused control we note where focus
+  // belongs once its answer is in (a function that finds that element); after the swap
+  // settles, and only if focus was really lost (not if the person has moved on, to the
+  // message box say), it goes there. A message element is made focusable (tabindex -1)
+  // only when it is focused.
 
   function focusOn(el) {
     if (!(el instanceof HTMLElement)) { return; }
@@ -275,7 +276,11 @@
 
   document.addEventListener("htmx:beforeRequest", function (event) {
     var elt = requestElt(event);
-    var find = elt instanceof Element && elt.closest("#messages") ? focusTarget(elt) : null;
+    // Only an action whose control has focus: a page of earlier messages loaded because
+    // someone scrolled up must not pull the view to a focused element.
+    if (!(elt instanceof Element) || !elt.closest("#messages") ||
+        !elt.contains(document.activeElement)) { return; }
+    var find = focusTarget(elt);
     // Other requests (the usage total's refresh, search) leave a pending plan alone.
     if (find) { pendingFocus = { elt: elt, find: find, swapped: false }; }
   });
