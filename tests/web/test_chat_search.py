@@ -186,7 +186,24 @@ async def test_search_works_without_javascript(web_client_factory: MakeClient):
     result = parse_html((await client.http.get("/search?q=pelican")).text)
     links = result.find("ul", aria_label="Search results").find_all("a")
     assert [a.attrs["href"] for a in links] == [f"/chats/{chat_id}"]
-    assert "1 chat matches" in result.find(role="status").norm_text()
+    assert "1 chat matches" in result.find("main").find(role="status").norm_text()
+
+
+async def test_the_live_answer_updates_the_search_status_in_place(web_client_factory: MakeClient):
+    """SPEC §18: as you type, one role="status" element that stays in the page says how
+    many chats match; htmx's answer swaps only its text (out of band)."""
+    client = await web_client_factory(model=ScriptedModel(["Pelicans fly low."]))
+    chat_id = await client.new_chat()
+    await client.send(chat_id, "birds")
+    await client.wait_idle(chat_id)
+    home = parse_html((await client.http.get("/")).text).find(id="search-status")
+    assert home.attrs["role"] == "status" and "hx-swap-oob" not in home.attrs
+    assert home.norm_text() == ""
+    for query, said in (("pelican", "1 chat matches"), ("heron", "No chat matches")):
+        answer = await client.http.get("/search", params={"q": query}, headers=HX)
+        status = parse_html(answer.text).find(id="search-status")
+        assert status.attrs["hx-swap-oob"] == "innerHTML" and status.attrs["role"] == "status"
+        assert status.norm_text() == said
 
 
 def _old_main(tmp: Path) -> Path:

@@ -270,7 +270,8 @@ async def test_a_restart_while_it_waits_shows_the_card_and_a_decision_then_runs_
         page = await client.page(chat_id)
         [reply] = replies(page)
         assert reply.attrs["data-status"] == "waiting"
-        assert page.find_all(data_role="user")[0].norm_text().startswith("note hello")
+        message = page.find_all(data_role="user")[0].find(class_="content")
+        assert message.norm_text().startswith("note hello")
         # Waiting costs nothing: no task, no model call, no tool call.
         assert chat_tasks() == []
         assert isinstance(agent.model, ScriptedModel) and agent.model.requests == []

@@ -261,3 +261,23 @@ def search_box(page: Page) -> Locator:
 
 def search_results(page: Page) -> Locator:
     return page.get_by_role("list", name="Search results", exact=True)
+
+
+# --- Keyboard (SPEC §18) -------------------------------------------------------------
+
+
+def expect_skip_link_lands(page: Page, path: str, target: str) -> None:
+    """On `path`, Enter on the skip link focuses #`target` (the page's first Tab stop,
+    unless a field has autofocus, as on the sign-in page)."""
+    page.goto(path)
+    link = page.locator("a.skip-link")
+    if page.evaluate("() => document.activeElement === document.body"):
+        page.keyboard.press("Tab")
+    else:
+        link.focus()
+    expect(link).to_be_focused()
+    href = link.get_attribute("href") or ""
+    assert href == f"#{target}", f"{path}: the skip link points to {href!r}"
+    expect(page.locator(f"#{target}")).to_have_count(1)
+    page.keyboard.press("Enter")
+    expect(page.locator(f"#{target}")).to_be_focused()

@@ -18,6 +18,6 @@ async def search(request: Request) -> Response:
     query = " ".join(request.query_params.get("q", "")[:MAX_QUERY_CHARS].split())
     hits = await app.chats.search(owner_of(request), query) if query else []
     if is_htmx(request):
-        return app.templates.response("_search_results.html", query=query, hits=hits)
+        return app.templates.response("_search_update.html", query=query, hits=hits)
     context = await page_context(request, None)
     return app.templates.response("search.html", query=query, hits=hits, **context)
