@@ -191,7 +191,7 @@ class ChatStore(ChatLibrary):
         10: chat_users.SQLITE_SCHEMA,
     }
     # PostgreSQL started with everything above but run_inputs (its own numbering).
-    POSTGRES_SCHEMA_VERSION = 7
+    POSTGRES_SCHEMA_VERSION = 8
     POSTGRES_MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: _RUN_INPUTS,
         2: chat_search_pg.SCHEMA + chat_search_pg.REBUILD,  # no text holds the markers
@@ -199,6 +199,7 @@ class ChatStore(ChatLibrary):
         4: chat_settings.POSTGRES_RUN_SCHEMA,
         5: tool_approvals.POSTGRES_SCHEMA,
         6: chat_users.POSTGRES_SCHEMA,
+        7: chat_settings.POSTGRES_BIGINT_USAGE,  # usage past 2^31 fits (SPEC §17)
     }
     POSTGRES_SCHEMA_SQL = (
         POSTGRES_STORES
