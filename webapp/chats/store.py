@@ -519,6 +519,35 @@ class ChatStore(ChatLibrary):
 
         await self._store.write(end)
 
+    async def release_run(
+        self, chat_id: str, run_id: str, meta: dict[str, Any], entries: list[Entry]
+    ) -> None:
+        """The last resort when run ``run_id``'s outcome could not be recorded: the chat
+        idle again, the run's stored reply marked with ``meta`` (its failure and why), or
+        ``entries`` stored as that reply when it has none, its checkpoint gone. Its usage
+        is not recorded (reading it may be what failed). One transaction."""
+
+        async def release(tx: Tx) -> None:
+            meta_json = StoredSegment.encode(run_id, [], meta).meta_json
+            marked = await tx.execute(
+                "UPDATE session_segments SET meta_json = ? WHERE session_id = ? AND run_id = ?",
+                (meta_json, chat_id, run_id),
+            )
+            if not marked and entries:
+                await append_segments(tx, chat_id, [StoredSegment.encode(run_id, entries, meta)])
+            await tx.execute(
+                "UPDATE chat_runs SET finished_at = ? WHERE run_id = ? AND finished_at IS NULL",
+                (time.time(), run_id),
+            )
+            await _delete_checkpoints(tx, [run_id])
+            await tx.execute(
+                "UPDATE chats SET active_run_id = NULL, stop_requested_run_id = NULL, "
+                "continues_run_id = NULL, updated_at = ? WHERE id = ? AND active_run_id = ?",
+                (time.time(), chat_id, run_id),
+            )
+
+        await self._store.write(release)
+
     async def _update(self, chat_id: str, assignments: str, params: tuple[Any, ...]) -> bool:
         async def update(tx: Tx) -> bool:
             return (

@@ -65,6 +65,7 @@ from webapp.web.live.chat_locks import ChatLocks
 from webapp.web.live.cluster import Cluster
 from webapp.web.live.followers import Followers, publish_start, reply_to_json
 from webapp.web.live.recovery import Recovery
+from webapp.web.live.run_end import NoObserver, RunObserver, retried
 from webapp.web.live.run_state import RunState
 from webapp.web.view_models import (
     ReplyStatus,
@@ -115,6 +116,7 @@ class RunManager:
         self._tasks: set[asyncio.Task[None]] = set()
         self.recovery = Recovery(self)  # owed runs taken up again (start-up, takeover)
         self.pauses = Pauses(self)  # runs waiting for a tool approval
+        self.observer: RunObserver = NoObserver()  # the metrics, when the app has them
 
     async def agent_for(self, chat_id: str) -> Agent:
         """The agent a run of ``chat_id`` starts (or resumes) with."""
@@ -271,6 +273,7 @@ class RunManager:
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        self.observer.run_started()
 
     async def _consume(self, state: RunState) -> None:
         """The run's own task: events into the log, then the final bookkeeping."""
@@ -340,7 +343,11 @@ class RunManager:
             return
         try:
             with self.fenced(state.run_id, state.epoch):
-                reply = await self._record_outcome(state, event)
+                reply = await retried(
+                    lambda: self._record_outcome(state, event),
+                    f"run {state.run_id}: recording its outcome",
+                    self.observer,
+                )
             await self.pauses.mark_decided(state, reply)  # Allowed / Denied stay on the cards
             # The finished reply keeps its switcher, model and usage (its part of the tree).
             tree = await self.chats.tree_around(state.chat_id, [reply.run_id])
@@ -350,16 +357,18 @@ class RunManager:
             state.lease_lost = state.abandoned = state.finished = True
             state.append_nothing()
             return
-        except Exception as exc:  # the store failed: say so on the reply, keep the run owed
+        except Exception as exc:  # the store failed: say so on the reply, release the chat
             logger.exception("run %s: could not record its outcome", state.run_id)
             reply = state.reply
             reply.status, reply.error = "failed", f"The reply could not be saved: {exc}"
+            await self._release(state, reply.error)
         await render_replies([reply])  # its Markdown, off the event loop
         state.reply = reply
         state.finished = True
         html = self.fragments.final_reply(state.chat_id, reply)
         self._record(state, names.DONE, html, {"reply": reply_to_json(reply)})
         await self._let_go(state)
+        self.observer.run_ended(reply.status, getattr(getattr(event, "result", None), "usage", None))
         logger.info(
             "chat %s: run %s %s (%d characters, %d tool calls)",
             state.chat_id,
@@ -368,6 +377,21 @@ class RunManager:
             len(reply.text),
             len(reply.tools),
         )
+
+    async def _release(self, state: RunState, reason: str) -> None:
+        """Its outcome could not be recorded: release the chat, the run marked failed
+        (`webapp.web.live.run_end`); if even that fails, the next start recovers it."""
+        meta = {"status": "failed", "error": self.redact(reason)}
+        kept: list[Entry] = [UserEntry(state.input_text)] if state.continues is None else []
+        try:
+            with self.fenced(state.run_id, state.epoch):
+                await retried(
+                    lambda: self.chats.release_run(state.chat_id, state.run_id, meta, kept),
+                    f"run {state.run_id}: releasing its chat",
+                    self.observer,
+                )
+        except Exception:
+            logger.exception("run %s: could not release its chat either", state.run_id)
 
     async def _record_outcome(self, state: RunState, event: TerminalEvent) -> ReplyView:
         chat_id, run_id = state.chat_id, state.run_id
