@@ -16,6 +16,7 @@ from people import execute, rows  # noqa: E402
 from webhelpers import MakeClient, WebClient  # noqa: E402
 
 from webapp.chats.limits import Limits  # noqa: E402
+from webapp.config import EndpointConfig  # noqa: E402
 from webapp.models.chat_stream import usage_from  # noqa: E402
 from webapp.models.endpoints import ModelRegistry  # noqa: E402
 
@@ -106,3 +107,21 @@ def test_a_usage_figure_that_is_not_a_sane_count_is_ignored(figure: object):
     assert (usage.input_tokens, usage.output_tokens) == (0, 7)
     assert usage_from({"prompt_tokens": 2**53 - 1}).input_tokens == 2**53 - 1
 
+
+
+async def test_no_page_exceeds_a_megabyte_whatever_the_endpoint_lists(
+    web_client_factory: MakeClient, endpoint: ChatServer
+):
+    endpoint.reset()
+    # The longest ids that are offered, as many as are offered, then many more.
+    endpoint.models = [f"{i:06d}-" + "m" * 193 for i in range(10_000)] + ["x" * 1_000_000]
+    models = ModelRegistry.from_settings(
+        [EndpointConfig("wide", endpoint.base_url)], base_url=None, model=None, api_key=None
+    )
+    client = await web_client_factory(models=models)
+    assert len(models.names()) == 1000
+    chat_id = await client.new_chat()
+    for path in ("/", f"/chats/{chat_id}", "/tools", "/search?q=x"):
+        page = await client.http.get(path)
+        assert page.status_code == 200, path
+        assert len(page.content) < 1_000_000, (path, len(page.content))
