@@ -219,9 +219,11 @@ class ChatStore(ChatLibrary):
         *,
         limits: Limits | None = None,
         throttle: ThrottlePolicy | None = None,
+        max_connections: int = 10,  # on PostgreSQL (--db-pool-size shares them out)
     ) -> None:
         self._store = open_chat_db(
             location,
+            max_connections=max_connections,
             sqlite_schema=(self.SCHEMA_NAME, self.SCHEMA_VERSION, self.SCHEMA_SQL, self.MIGRATIONS),
             postgres_schema=(
                 self.SCHEMA_NAME,
@@ -251,6 +253,14 @@ class ChatStore(ChatLibrary):
             return [_chat(r) for r in rows]
 
         return await self._store.read(select)
+
+    async def ping(self) -> None:
+        """One trivial read: raises when the database does not answer (``/readyz``)."""
+
+        async def select(tx: Tx) -> None:
+            await tx.fetch("SELECT 1")
+
+        await self._store.read(select)
 
     async def sweep(self) -> int:
         """Delete segments of chats that no longer exist and checkpoints no chat owes;

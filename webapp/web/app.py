@@ -37,6 +37,7 @@ from webapp.chats.limits import Limits
 from webapp.chats.store import ChatStore
 from webapp.chats.users import ThrottlePolicy
 from webapp.config import AppConfig
+from webapp.db_pools import DEFAULT_POOL_SIZE, PoolShares, shares
 from webapp.mcp_servers import McpServers
 from webapp.models.endpoints import ModelRegistry
 from webapp.models.offline import OfflineModel
@@ -68,8 +69,11 @@ from webapp.web.live.lease_keeper import LeaseKeeper
 from webapp.web.live.runs import RunManager
 from webapp.web.security import SecurityMiddleware
 from webapp.web.templating import Templates, by_name
+from webapp.web.metrics import Metrics
+from webapp.web.operations import Health, Operations
 from webapp.web.views import accounts, admin, chat_files, chats, messages, search, stream, tools
 from webapp.web.views import models as model_views
+from webapp.web.views import operations as operation_views
 from webapp.web.views.responses import ERROR_TITLES, http_exception
 
 logger = logging.getLogger("webapp.web")
@@ -168,6 +172,8 @@ def routes(
             methods=["POST"],
             name="refresh_models",
         ),
+        # For administrators (a --metrics-token bearer is answered before the app).
+        Route("/metrics", operation_views.metrics, methods=["GET"], name="metrics"),
         *account_routes(auth or AuthSettings()),
         Mount("/static", StaticFiles(directory=static_dir), name="static"),
     ]
@@ -213,6 +219,9 @@ def create_app(
     templates_dir: str | os.PathLike[str] = TEMPLATES_DIR,
     static_dir: str | os.PathLike[str] = STATIC_DIR,
     config: AppConfig | None = None,
+    metrics_token: str | None = None,
+    access_log: bool = False,
+    db_pool_size: int = DEFAULT_POOL_SIZE,
 ) -> Starlette:
     """The chat app over one SQLite file, or a PostgreSQL database (``db_path`` a
     ``postgresql://`` URL) shared with other processes.
@@ -234,11 +243,17 @@ def create_app(
     files, or the checkout's (see `webapp.web.assets`).
     ``config``: the config file's settings (`webapp.config.load_config`): its MCP servers
     are started with the app, and their tools offered to every chat (SPEC §11).
+    ``metrics_token``: a bearer token that may read ``/metrics`` without an account;
+    ``access_log``: one log line per request (SPEC §17, `webapp.web.operations`).
+    ``db_pool_size``: on PostgreSQL, the most connections this process opens
+    (`webapp.db_pools`).
     """
     if max_message_chars < 1:
         raise ValueError(f"max_message_chars must be at least 1, got {max_message_chars!r}")
     if token is not None and len(token) < 8:
         raise ValueError("the access token must be at least 8 characters long")
+    if metrics_token is not None and len(metrics_token) < 16:
+        raise ValueError("the metrics token must be at least 16 characters long")
     if models is None and agent is not None:
         models = ModelRegistry.single(agent.model) if agent.model else ModelRegistry()
     elif models is None:
@@ -259,9 +274,11 @@ def create_app(
     )
     templates = Templates(templates_dir, by_name(app.routes))
     secrets = [*redact, *models.secrets()]
-    store = ChatStore(db_path, limits=limits, throttle=throttle)
+    pools = shares(db_pool_size)
+    store = ChatStore(db_path, limits=limits, throttle=throttle, max_connections=pools.chats)
     state = _build_state(
         db_path,
+        pools,
         store,
         agent,
         models,
@@ -294,6 +311,13 @@ def create_app(
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=list(auth.trusted_proxies))
     if auth.mode == "header":
         app.add_middleware(TrustedHeaderGate, header=auth.header, trusted=auth.trusted_proxies)
+    app.add_middleware(  # outermost: probes and scrapers have no token, cookie or account
+        Operations,
+        health=state.health,
+        routes=app.routes,
+        metrics_token=metrics_token,
+        access_log=access_log,
+    )
     return app
 
 
@@ -307,6 +331,7 @@ def _backend(auth: AuthSettings, state: WebApp) -> AuthenticationBackend:
 
 def _build_state(
     db_path: str | os.PathLike[str],
+    pools: PoolShares,
     store: ChatStore,
     agent: Agent,
     models: ModelRegistry,
@@ -329,8 +354,10 @@ def _build_state(
     cluster: Cluster | None = None
     if is_postgres(db_path):
         dsn = str(db_path)
-        session, checkpointer = PostgresSession(dsn), PostgresCheckpointer(dsn)
-        cluster = Cluster(dsn, owner=uuid.uuid4().hex[:12])
+        session = PostgresSession(dsn, max_connections=pools.session)
+        checkpointer = PostgresCheckpointer(dsn, max_connections=pools.checkpoints)
+        owner = uuid.uuid4().hex[:12]
+        cluster = Cluster(dsn, owner=owner, events=pools.events, locks=pools.locks)
     else:
         session = SQLiteSession(db_path, wal=True)
         checkpointer = SQLiteCheckpointer(db_path, wal=True)
@@ -349,6 +376,13 @@ def _build_state(
         max_turns=max_turns,
         cluster=cluster,
     )
+    metrics = Metrics()
+    runs.observer = metrics
+
+    async def waiting() -> int:
+        return len(await store.approvals.paused())
+
+    health = Health(store.ping, metrics=metrics, running=lambda: len(runs.owned()), waiting=waiting)
     return WebApp(
         chats=ChatService(store=store, session=session, checkpointer=checkpointer, runs=runs),
         runs=runs,
@@ -362,6 +396,7 @@ def _build_state(
         max_message_chars=max_message_chars,
         model_description=models.description() if models.names() else agent.name,
         models=chat_models,
+        health=health,
     )
 
 
@@ -381,9 +416,12 @@ def _lifespan(state: WebApp) -> Any:
             await state.runs.recover()
         else:
             await state.keeper.start()  # resumes what no process holds, then keeps leases
+        state.health.started = True  # /readyz: ready once the database answers too
         try:
-            yield
+            async with state.health.metrics.sampling_loop_lag():
+                yield
         finally:
+            state.health.started = False
             if state.keeper is not None:
                 await state.keeper.stop()
             await state.runs.shutdown()
