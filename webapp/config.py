@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import re
-import unicodedata
 import tomllib
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -50,7 +50,9 @@ def configure_logging(level: str, log_format: str = "text") -> None:
     """The app's loggers at ``level``; libraries (httpx logs every request at INFO) at
     WARNING, except when debugging. Every line through one handler on stderr."""
     if log_format not in LOG_FORMATS:
-        raise ValueError(f"the log format must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
+        raise ValueError(
+            f"the log format must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}"
+        )
     app_level = getattr(logging, level.upper())
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())

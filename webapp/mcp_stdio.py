@@ -165,13 +165,17 @@ class _Lines:
         if request_id is None:
             logger.warning(
                 "an MCP server sent a message of %d bytes (more than %d); it was dropped, and "
-                "which call it answered could not be told", size, self.max_bytes
+                "which call it answered could not be told",
+                size,
+                self.max_bytes,
             )
             return None
         limit = self.max_bytes // (1024 * 1024) or 1
         logger.warning(
             "an MCP server answered call %s with %d bytes (more than %d): refused",
-            request_id, size, self.max_bytes,
+            request_id,
+            size,
+            self.max_bytes,
         )
         error = types.ErrorData(
             code=types.INTERNAL_ERROR,
@@ -197,7 +201,7 @@ async def _parsed(line: bytes) -> SessionMessage | Exception:
             message = await anyio.to_thread.run_sync(types.JSONRPCMessage.model_validate_json, line)
         else:
             message = types.JSONRPCMessage.model_validate_json(line)
-    except Exception as exc:  # the SDK's way: the session logs it and goes on
+    except Exception as exc:  # noqa: BLE001 -- the SDK's way: the session logs it, goes on
         logger.warning("an MCP server sent a message that is not JSON-RPC: %s", exc)
         return exc
     return SessionMessage(message)

@@ -29,7 +29,9 @@ def reported_count(value: object, what: str) -> int | None:
     shown = repr(value)
     if len(shown) > 40:
         shown = shown[:40] + "..."
-    logger.warning("ignored a usage figure %s = %s: not a whole number from 0 below 2^53", what, shown)
+    logger.warning(
+        "ignored a usage figure %s = %s: not a whole number from 0 below 2^53", what, shown
+    )
     return None
 
 

@@ -97,7 +97,7 @@ async def test_the_list_is_parsed_off_the_event_loop(chat_server: ChatServer) ->
     chat_server.models = [f"model-{i:06d}" for i in range(MAX_MODELS)]
     seen: list[str] = []
     loop_thread = threading.get_ident()
-    import webapp.models.model_list as model_list
+    from webapp.models import model_list
 
     original = model_list.model_ids
 

@@ -20,7 +20,9 @@ def test_the_cache_holds_at_most_its_bytes_and_drops_the_least_recently_used():
     for text in texts:
         assert cache(text) == text.upper()
     assert cache.size <= 4_000 and 0 < len(cache) < 20
-    assert cache.size == sum(sys.getsizeof(t) + sys.getsizeof(t.upper()) for t in texts[-len(cache):])
+    assert cache.size == sum(
+        sys.getsizeof(t) + sys.getsizeof(t.upper()) for t in texts[-len(cache) :]
+    )
     computed.clear()
     cache(texts[-1])  # kept: not computed again
     cache(texts[0])  # dropped long ago: computed again

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
-from chat_server import API_KEY, ChatServer, text_reply  # noqa: E402
-from people import execute, rows  # noqa: E402
-from webhelpers import MakeClient, WebClient  # noqa: E402
+from chat_server import API_KEY, ChatServer, text_reply
+from people import execute, rows
+from webhelpers import MakeClient, WebClient
 
-from webapp.chats.limits import Limits  # noqa: E402
-from webapp.config import EndpointConfig  # noqa: E402
-from webapp.models.chat_stream import usage_from  # noqa: E402
-from webapp.models.endpoints import ModelRegistry  # noqa: E402
+from webapp.chats.limits import Limits
+from webapp.config import EndpointConfig
+from webapp.models.chat_stream import usage_from
+from webapp.models.endpoints import ModelRegistry
 
 ON_BOTH_DATABASES = True
 
@@ -58,9 +58,7 @@ async def test_usage_of_ten_to_the_thirty_tokens_does_not_lock_the_chat(
 async def test_two_replies_that_each_fit_64_bits_do_not_overflow_the_daily_sum(
     web_client_factory: MakeClient, endpoint: ChatServer
 ):
-    client = await app_on(
-        web_client_factory, endpoint, limits=Limits(max_tokens_per_day=1_000_000)
-    )
+    client = await app_on(web_client_factory, endpoint, limits=Limits(max_tokens_per_day=1_000_000))
     chat_id = await client.new_chat()
     endpoint.script += [text_reply("One"), text_reply("Two")]
     for text in ("one", "two"):
@@ -99,14 +97,11 @@ async def test_an_imported_chat_with_huge_usage_opens(
     assert usage.status_code == 200
 
 
-@pytest.mark.parametrize(
-    "figure", [True, -1, 2**53, 10**30, 1.5, "12", None], ids=repr
-)
+@pytest.mark.parametrize("figure", [True, -1, 2**53, 10**30, 1.5, "12", None], ids=repr)
 def test_a_usage_figure_that_is_not_a_sane_count_is_ignored(figure: object):
     usage = usage_from({"prompt_tokens": figure, "completion_tokens": 7})
     assert (usage.input_tokens, usage.output_tokens) == (0, 7)
     assert usage_from({"prompt_tokens": 2**53 - 1}).input_tokens == 2**53 - 1
-
 
 
 async def test_no_page_exceeds_a_megabyte_whatever_the_endpoint_lists(

@@ -12,13 +12,13 @@ async def test_a_finished_runs_live_state_goes_and_its_stored_reply_answers(
 ):
     client = await web_client_factory(model=ScriptedModel(["one two three", "four five"]))
     runs = client.web.runs
-    runs.linger = 3.0  # kept a while after it finished, with no reader yet
+    runs.readers.linger = 3.0  # kept a while after it finished, with no reader yet
     chat_id = await client.new_chat()
     await client.send(chat_id, "hi")
     await client.wait_idle(chat_id)
     state = runs.latest(chat_id)
     assert state is not None
-    runs.linger = 0.05
+    runs.readers.linger = 0.05
     url = f"/chats/{chat_id}/runs/{state.run_id}/events"
     streamed = parse_sse((await client.http.get(url)).text)  # read to its end, then gone
     assert "one two three" in parse_html(streamed[-1].data).norm_text()
@@ -42,7 +42,7 @@ async def test_a_finished_runs_live_state_goes_and_its_stored_reply_answers(
 async def test_a_run_with_no_reader_is_freed_after_it_finishes(web_client_factory: MakeClient):
     client = await web_client_factory(model=ScriptedModel(["alpha beta"]))
     runs = client.web.runs
-    runs.linger = 0.05
+    runs.readers.linger = 0.05
     chat_id = await client.new_chat()
     await client.send(chat_id, "hi")
     await client.wait_idle(chat_id)

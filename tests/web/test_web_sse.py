@@ -29,6 +29,7 @@ from webapp.models import ScriptedModel
 from webapp.runtime.model import FinishPart, ModelPart, ModelRequest, TextPart
 from webapp.web import create_app, sse
 from webapp.web.event_names import DONE, TEXT
+from webapp.web.live.readers import Readers
 from webapp.web.live.run_state import LogRecord, RunState
 from webapp.web.live.runs import RunManager
 from webapp.web.sse import coalesce, parse_position
@@ -521,10 +522,7 @@ async def test_a_server_shutting_down_ends_a_quiet_live_stream_cleanly(
 
 
 class NoManager:
-    """What `sse.stream` tells the run manager of its readers, heard by nobody."""
+    """A run manager whose only part `sse.stream` uses here is its readers."""
 
-    def reader_came(self, state: RunState) -> None:
-        pass
-
-    def reader_left(self, state: RunState) -> None:
-        pass
+    def __init__(self) -> None:
+        self.readers = Readers(lambda state: None)

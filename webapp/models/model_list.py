@@ -97,9 +97,13 @@ def model_ids(body: bytes, url: str) -> tuple[str, ...]:
         if len(kept) == MAX_MODELS:
             break
     if refused:
-        logger.warning("%s: left out %d model ids that are too long or hold control characters", url, refused)
+        logger.warning(
+            "%s: left out %d model ids that are too long or hold control characters", url, refused
+        )
     if len(kept) == MAX_MODELS and len(data) > MAX_MODELS:
-        logger.warning("%s lists %d models: only the first %d are offered", url, len(data), MAX_MODELS)
+        logger.warning(
+            "%s lists %d models: only the first %d are offered", url, len(data), MAX_MODELS
+        )
     return tuple(kept)
 
 

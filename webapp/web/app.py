@@ -67,10 +67,10 @@ from webapp.web.gate import Gate
 from webapp.web.live.cluster import Cluster
 from webapp.web.live.lease_keeper import LeaseKeeper
 from webapp.web.live.runs import RunManager
-from webapp.web.security import SecurityMiddleware
-from webapp.web.templating import Templates, by_name
 from webapp.web.metrics import Metrics
 from webapp.web.operations import Health, Operations
+from webapp.web.security import SecurityMiddleware
+from webapp.web.templating import Templates, by_name
 from webapp.web.views import accounts, admin, chat_files, chats, messages, search, stream, tools
 from webapp.web.views import models as model_views
 from webapp.web.views import operations as operation_views

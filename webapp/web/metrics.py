@@ -16,8 +16,8 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from webapp.usage import Usage
 
@@ -48,7 +48,9 @@ class Metrics:
             "webapp_runs_running", "Runs this process runs now", registry=registry
         )
         self.runs_waiting = Gauge(
-            "webapp_runs_waiting", "Runs waiting for a tool approval (every process)", registry=registry
+            "webapp_runs_waiting",
+            "Runs waiting for a tool approval (every process)",
+            registry=registry,
         )
         self.tokens = Counter(
             "webapp_tokens",
@@ -56,9 +58,7 @@ class Metrics:
             ["direction"],
             registry=registry,
         )
-        self.sse_clients = Gauge(
-            "webapp_sse_clients", "Event streams open now", registry=registry
-        )
+        self.sse_clients = Gauge("webapp_sse_clients", "Event streams open now", registry=registry)
         self.request_seconds = Histogram(
             "webapp_request_duration_seconds",
             "Time to answer a request (an event stream: while it was open), by route",

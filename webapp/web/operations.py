@@ -53,7 +53,7 @@ class Health:
             return "starting"
         try:
             await _within(self.ping(), READY_TIMEOUT)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 -- whatever it is, the answer is 503
             self.metrics.database_error()
             logger.warning("readiness: the database does not answer: %s", exc or type(exc).__name__)
             return "the database does not answer"

@@ -60,9 +60,7 @@ class NoObserver:
 
 def is_database_error(exc: BaseException) -> bool:
     """An error of the database or of the connection to it: worth another attempt."""
-    return isinstance(
-        exc, sqlite3.Error | asyncpg.PostgresError | asyncpg.InterfaceError | OSError
-    )
+    return isinstance(exc, sqlite3.Error | asyncpg.PostgresError | asyncpg.InterfaceError | OSError)
 
 
 async def retried(
@@ -84,6 +82,8 @@ async def retried(
             observer.database_error()
             if number == attempts:
                 raise
-            logger.warning("%s failed (%s); trying again (%d of %d)", what, exc, number + 1, attempts)
+            logger.warning(
+                "%s failed (%s); trying again (%d of %d)", what, exc, number + 1, attempts
+            )
             await asyncio.sleep(pause * 2 ** (number - 1))
     raise AssertionError("unreachable")  # pragma: no cover

@@ -64,6 +64,7 @@ from webapp.web.live.approvals import Pauses
 from webapp.web.live.chat_locks import ChatLocks
 from webapp.web.live.cluster import Cluster
 from webapp.web.live.followers import Followers, publish_start, reply_to_json
+from webapp.web.live.readers import Readers
 from webapp.web.live.recovery import Recovery
 from webapp.web.live.run_end import NoObserver, RunObserver, retried
 from webapp.web.live.run_state import RunState
@@ -79,10 +80,6 @@ from webapp.web.view_models import (
 logger = logging.getLogger("webapp.web.live.runs")
 
 STOP_TIMEOUT = 30.0  # a cancelled run answers within a model chunk or a tool call
-# A finished run's live state stays this long after its last reader left (or, with no
-# reader, after it finished): a page that reconnects at once resumes from its log. Then
-# it goes, and a later page reads the stored reply (SPEC §17: no memory per old chat).
-LINGER_SECONDS = 10.0
 ENDED_POLL = 0.05  # seconds between looks at a run another process is stopping
 
 
@@ -116,8 +113,7 @@ class RunManager:
         self._attempts = itertools.count(1)
         self._runs: dict[str, RunState] = {}
         self._latest: dict[str, str] = {}  # chat_id -> run_id of its newest run
-        self._readers: dict[str, int] = {}  # run_id -> event streams reading its log now
-        self.linger = LINGER_SECONDS
+        self.readers = Readers(self._forget_run)  # a finished run nobody reads goes
         self._locks = ChatLocks()  # dropped once unused: flat over any number of chats
         self._tasks: set[asyncio.Task[None]] = set()
         self.recovery = Recovery(self)  # owed runs taken up again (start-up, takeover)
@@ -181,28 +177,10 @@ class RunManager:
         run_id = self._latest.get(chat_id)
         return self._runs.get(run_id) if run_id else None
 
-    def reader_came(self, state: RunState) -> None:
-        """An event stream started reading ``state``'s log (`webapp.web.sse.stream`)."""
-        self._readers[state.run_id] = self._readers.get(state.run_id, 0) + 1
-
-    def reader_left(self, state: RunState) -> None:
-        left = self._readers.get(state.run_id, 1) - 1
-        if left > 0:
-            self._readers[state.run_id] = left
-            return
-        self._readers.pop(state.run_id, None)
-        if state.finished:
-            self._linger(state)
-
-    def _linger(self, state: RunState) -> None:
-        asyncio.get_running_loop().call_later(self.linger, self._forget_run, state)
-
     def _forget_run(self, state: RunState) -> None:
-        """Drop a finished run's live state nobody reads; one that waits for an
-        approval, or that another process may take over, stays."""
-        if state.run_id in self._readers or not state.finished:
-            return
-        if state.paused or state.abandoned or state.lease_lost:
+        """Drop a finished run's live state nobody reads (`Readers`); one that waits for
+        an approval, or that another process may take over, stays."""
+        if not state.finished or state.paused or state.abandoned or state.lease_lost:
             return
         if self._runs.get(state.run_id) is state:
             del self._runs[state.run_id]
@@ -402,9 +380,10 @@ class RunManager:
         html = self.fragments.final_reply(state.chat_id, reply)
         self._record(state, names.DONE, html, {"reply": reply_to_json(reply)})
         await self._let_go(state)
-        if state.run_id not in self._readers:
-            self._linger(state)
-        self.observer.run_ended(reply.status, getattr(getattr(event, "result", None), "usage", None))
+        self.readers.finished(state)
+        self.observer.run_ended(
+            reply.status, getattr(getattr(event, "result", None), "usage", None)
+        )
         logger.info(
             "chat %s: run %s %s (%d characters, %d tool calls)",
             state.chat_id,

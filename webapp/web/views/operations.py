@@ -14,8 +14,9 @@ from starlette.responses import Response
 from webapp.web.app_state import web
 from webapp.web.auth import account_of
 from webapp.web.metrics import CONTENT_TYPE
-from webapp.web.views.admin import NOT_HERE
 from webapp.web.views.responses import error_page
+
+NOT_HERE = "There is nothing at this address. It may have been deleted."  # as the admin pages
 
 
 async def metrics(request: Request) -> Response:
