@@ -1,5 +1,6 @@
-"""Usage figures a remote party sends (SPEC §17): never a locked chat, never a sum that
-overflows. The endpoint is a real Chat Completions server on loopback."""
+"""What a hostile endpoint sends (SPEC §17): usage figures never lock a chat nor make a
+sum overflow, and no page exceeds 1 MB whatever it lists. The endpoint is a real
+Chat Completions server on loopback."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from webapp.chats.limits import Limits
 from webapp.config import EndpointConfig
 from webapp.models.chat_stream import usage_from
 from webapp.models.endpoints import ModelRegistry
+from webapp.usage import Usage
 
 ON_BOTH_DATABASES = True
 
@@ -102,6 +104,14 @@ def test_a_usage_figure_that_is_not_a_sane_count_is_ignored(figure: object):
     usage = usage_from({"prompt_tokens": figure, "completion_tokens": 7})
     assert (usage.input_tokens, usage.output_tokens) == (0, 7)
     assert usage_from({"prompt_tokens": 2**53 - 1}).input_tokens == 2**53 - 1
+
+
+def test_a_checkpoint_that_holds_a_huge_usage_is_recorded_without_it():
+    # Written before this check: a restart replays the run and records its outcome, which
+    # reads this. On main it raised OverflowError again, and the chat stayed locked.
+    stored = Usage.from_dict({"input_tokens": 10**30, "output_tokens": 12})
+    assert (stored.input_tokens, stored.output_tokens) == (0, 12)
+    assert (Usage(2**52, 0) + Usage(2**52, 0)).input_tokens == 2**53 - 1  # sums saturate
 
 
 async def test_no_page_exceeds_a_megabyte_whatever_the_endpoint_lists(

@@ -3,6 +3,7 @@ and the access log."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import httpx
 from people import add_user, http_for, person
-from webhelpers import MakeClient, WebClient, cli_env, free_port, stop_process, wait_serving
+from webhelpers import MakeClient, cli_env, free_port, stop_process, wait_serving
 
 from webapp.web import create_app
 from webapp.web.auth import AuthSettings
@@ -81,7 +82,7 @@ async def test_metrics_count_runs_as_they_start_end_and_stop(web_client_factory:
     assert metric(text, 'webapp_tokens_total{direction="out"}') > 0
     assert metric(text, "webapp_runs_running") == 0
     # A reply that is stopped: running while it runs, then counted as stopped.
-    slow = await slow_client_chat(client)
+    slow = await client.new_chat()
     await client.send(slow, "count to 2000")
     await client.wait_text(slow, 10)
     assert metric((await client.http.get("/metrics")).text, "webapp_runs_running") == 1
@@ -94,10 +95,10 @@ async def test_metrics_count_runs_as_they_start_end_and_stop(web_client_factory:
     assert metric(text, "webapp_runs_running") == 0
     # Requests are timed by route (its template: no chat id in any label).
     assert 'route="/chats/{chat_id}/messages"' in text and chat_id not in text
-
-
-async def slow_client_chat(client: WebClient) -> str:
-    return await client.new_chat()
+    await asyncio.sleep(0.6)
+    text = (await client.http.get("/metrics")).text
+    assert metric(text, "webapp_event_loop_lag_seconds_count") >= 1  # sampled twice a second
+    assert metric(text, "webapp_sse_clients") == 0
 
 
 async def test_metrics_are_for_administrators_or_the_metrics_token(
