@@ -165,6 +165,12 @@ async def test_streamable_http_with_headers(tmp_path: Path) -> None:
             assert (
                 await call(running, "remote__echo", {"text": "over http"})
             ).output == "over http"
+            # A result past the byte bound: an error, never read whole; the server stays.
+            big = await call(running, "remote__big", {"chars": 5 * 1024 * 1024})
+            assert big.is_error and "larger than 4 MB" in big.output, big.output[:200]
+            fits = await call(running, "remote__big", {"chars": 1_000_000})
+            assert not fits.is_error and len(fits.output) == 1_000_000
+            assert running.states["remote"].status == "connected"
         finally:
             await running.stop()
     finally:

@@ -1,7 +1,7 @@
 """Tools from Model Context Protocol servers, through the official `mcp` SDK (1.x).
 
-This module (with `webapp.mcp_stdio`, its stdio transport, which bounds each
-message a server sends) is the one that knows the SDK. `McpServers` starts (stdio) or
+This module (with its transports `webapp.mcp_stdio` and `webapp.mcp_http`, which
+bound each message a server sends) is the one that knows the SDK. `McpServers` starts (stdio) or
 connects to (Streamable HTTP) every configured server, offers each server's
 tools to the model as runtime `Tool`s and answers their calls. Invariants,
 each named for the failure it prevents:
@@ -45,6 +45,7 @@ from mcp.shared.exceptions import McpError
 from mcp.shared.message import SessionMessage
 
 from webapp.config import McpServerConfig, Policy
+from webapp.mcp_http import HEADERS, bound_response
 from webapp.mcp_stdio import Pending, bounded_stdio_client
 from webapp.runtime.tool import RunContext, Tool
 from webapp.transcript import ToolCallEntry, ToolResultEntry
@@ -309,9 +310,10 @@ async def _open_transport(
     assert config.url is not None  # the config requires one of the two
     client = await stack.enter_async_context(
         httpx.AsyncClient(
-            headers=dict(config.headers),
+            headers={**HEADERS, **config.headers},
             timeout=httpx.Timeout(30.0, read=300.0),
             follow_redirects=True,
+            event_hooks={"response": [bound_response]},  # 4 MB a message (webapp.mcp_http)
         )
     )
     read, write, _session_id = await stack.enter_async_context(
