@@ -112,3 +112,12 @@ async def test_the_list_is_parsed_off_the_event_loop(chat_server: ChatServer) ->
     finally:
         model_list.model_ids = original
     assert seen == ["worker"] and len(models.names()) == MAX_MODELS
+
+
+async def test_refreshes_pressed_at_once_ask_the_endpoint_once(chat_server: ChatServer) -> None:
+    chat_server.models = ["m1", "m2"]
+    models = ModelRegistry([EndpointConfig("e", chat_server.base_url)])
+    await asyncio.gather(*(models.refresh() for _ in range(20)))
+    assert chat_server.models_asked == 1 and models.names() == ["e/m1", "e/m2"]
+    await models.refresh()  # the next one asks again
+    assert chat_server.models_asked == 2

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from people import add_user, http_for, person
 from webhelpers import MakeClient, cli_env, free_port, stop_process, wait_serving
 
@@ -185,3 +186,28 @@ def test_text_log_lines_start_with_a_utc_timestamp(tmp_path: Path):
     assert any("completed" in line for line in lines), lines
     for line in lines:
         assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z [A-Z]+ \S+: ", line), line
+
+
+def test_the_operations_flags_and_their_environment(monkeypatch, tmp_path: Path):
+    from webapp.__main__ import parse_args
+
+    args = parse_args([])
+    assert (args.log_format, args.access_log, args.metrics_token, args.db_pool_size) == (
+        "text",
+        False,
+        None,
+        20,
+    )
+    monkeypatch.setenv("WEBAPP_LOG_FORMAT", "json")
+    monkeypatch.setenv("WEBAPP_ACCESS_LOG", "1")
+    monkeypatch.setenv("WEBAPP_METRICS_TOKEN", SCRAPER)
+    monkeypatch.setenv("WEBAPP_DB_POOL_SIZE", "12")
+    args = parse_args([])
+    assert (args.log_format, args.access_log, args.metrics_token, args.db_pool_size) == (
+        "json",
+        True,
+        SCRAPER,
+        12,
+    )
+    with pytest.raises(ValueError, match="at least 16"):
+        create_app(tmp_path / "c.db", metrics_token="short")

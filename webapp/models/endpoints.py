@@ -124,6 +124,7 @@ class ModelRegistry:
         self._fixed = {name: NamedModel(name, model) for name, model in (fixed or {}).items()}
         self.presets = tuple(presets)
         self.timeout = timeout
+        self._refreshing: asyncio.Future[list[None]] | None = None
         for preset in self.presets:
             endpoint = preset.model.partition("/")[0]
             if endpoint not in self._endpoints and preset.model not in self._fixed:
@@ -223,9 +224,15 @@ class ModelRegistry:
     # --- the endpoints ---------------------------------------------------------------
 
     async def refresh(self) -> None:
-        """Ask every endpoint whose models the config does not list for them, at once."""
-        asked = [e for e in self._endpoints.values() if e.config.models is None]
-        await asyncio.gather(*(self._ask(e) for e in asked))
+        """Ask every endpoint whose models the config does not list for them, at once.
+        While one refresh runs, another waits for it rather than asking again: many
+        presses of Refresh cost the endpoints one question each."""
+        running = self._refreshing
+        if running is None or running.done():
+            asked = [e for e in self._endpoints.values() if e.config.models is None]
+            running = asyncio.ensure_future(asyncio.gather(*(self._ask(e) for e in asked)))
+            self._refreshing = running
+        await asyncio.shield(running)
 
     async def _ask(self, endpoint: _Endpoint) -> None:
         try:
