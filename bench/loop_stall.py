@@ -1,6 +1,7 @@
 """The event loop's worst stall while the server handles hostile input (issue 22).
 
-Run from the repository root: ``python bench/loop_stall.py`` (about a minute).
+Run from the repository root: ``python bench/loop_stall.py`` (two minutes or so;
+``--only issue22`` or ``--only hostile`` runs one group of cases).
 
 The app runs under a real uvicorn server on 127.0.0.1, in this process, with a
 heartbeat task on its event loop that wakes every millisecond and keeps the
