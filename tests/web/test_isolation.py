@@ -32,7 +32,7 @@ SECRET = "quokka-7731"
 PER_PERSON = {"home", "new_chat", "import_chat", "search"}
 ACCOUNTS = {"login", "sign_in", "logout"}
 ADMIN = {"admin_users", "add_user", "disable_user", "enable_user", "reset_password"}
-ADMIN |= {"sign_out_user"}
+ADMIN |= {"sign_out_user", "metrics"}
 # Chat routes no page this offline app can show links to: the header's usage total is
 # fetched by a finished reply's streamed fragment, a decision by a card only a tool
 # that asks first makes. Tried like every chat route, straight from `app.routes`.
