@@ -17,10 +17,14 @@ CREATE TRIGGER refuse_usage BEFORE UPDATE OF tokens_in ON chat_runs
 BEGIN SELECT RAISE(ABORT, 'the disk is full'); END;
 """
 POSTGRES_REFUSE_USAGE = (
-    "CREATE FUNCTION refuse_usage() RETURNS trigger LANGUAGE plpgsql AS "
-    "$$ BEGIN RAISE EXCEPTION 'the disk is full'; END $$",
-    "CREATE TRIGGER refuse_usage BEFORE UPDATE OF tokens_in ON chat_runs "
-    "FOR EACH ROW EXECUTE FUNCTION refuse_usage()",
+    (
+        "CREATE FUNCTION refuse_usage() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'the disk is full'; END $$"
+    ),
+    (
+        "CREATE TRIGGER refuse_usage BEFORE UPDATE OF tokens_in ON chat_runs "
+        "FOR EACH ROW EXECUTE FUNCTION refuse_usage()"
+    ),
 )
 
 
