@@ -27,14 +27,20 @@ import uuid
 
 import asyncpg
 
+from webapp.stores import streamed
 from webapp.stores.checkpoint import RunHead, RunSnapshot
 from webapp.stores.codec import decode_checkpoint_entries, decode_head, encode_head
 from webapp.stores.postgres import PostgresBacked
+from webapp.stores.streamed import StreamedPiece, StreamedTurn
 from webapp.transcript import Entry, entry_to_dict
 
 SCHEMA_NAME = "checkpoint"
-SCHEMA_VERSION = 1
-SCHEMA_SQL = """
+SCHEMA_VERSION = 2
+# 1 -> 2: the streamed text of a turn in flight (webapp.stores.streamed).
+MIGRATIONS = {1: streamed.TABLE_SQL}
+SCHEMA_SQL = (
+    streamed.TABLE_SQL
+    + """
 CREATE TABLE IF NOT EXISTS checkpoint_heads (
     run_id      TEXT    PRIMARY KEY,
     head_json   TEXT    NOT NULL,
@@ -48,6 +54,7 @@ CREATE TABLE IF NOT EXISTS checkpoint_entries (
     PRIMARY KEY (run_id, idx)
 );
 """
+)
 
 # $1 run_id, $2 head_json, $3 the new entries (text[]), $4 save_id.
 # The head is upserted first (locking its row); RETURNING gives the count
@@ -86,6 +93,7 @@ class PostgresCheckpointer(PostgresBacked):
     SCHEMA_NAME = SCHEMA_NAME
     SCHEMA_VERSION = SCHEMA_VERSION
     SCHEMA_SQL = SCHEMA_SQL
+    MIGRATIONS = MIGRATIONS
 
     async def append(self, run_id: str, entries: list[Entry], head: RunHead) -> None:
         """Add the entries produced since the last call and replace the head."""
@@ -116,5 +124,22 @@ class PostgresCheckpointer(PostgresBacked):
         async def remove(conn: asyncpg.Connection) -> None:
             await conn.execute("DELETE FROM checkpoint_heads WHERE run_id = $1", run_id)
             await conn.execute("DELETE FROM checkpoint_entries WHERE run_id = $1", run_id)
+            await conn.execute(streamed.PG_CLEAR_SQL, run_id)
 
         await self._store.transaction(remove)
+
+    # --- the streamed text of the turn in flight (webapp.stores.streamed) ---------------
+
+    async def save_streamed(self, run_id: str, piece: StreamedPiece) -> None:
+        """Add ``piece`` (index 0 first deletes every earlier piece of the run)."""
+
+        async def save(conn: asyncpg.Connection) -> None:
+            if piece.index == 0:
+                await conn.execute(streamed.PG_CLEAR_SQL, run_id)
+            await conn.execute(streamed.PG_INSERT_SQL, *piece.row(run_id))
+
+        await self._store.transaction(save)
+
+    async def load_streamed(self, run_id: str, turn: int) -> StreamedTurn | None:
+        rows = await self._store.fetch(streamed.PG_LOAD_SQL, run_id, turn)
+        return streamed.join_pieces([(r[0], r[1], r[2], r[3]) for r in rows])

@@ -16,17 +16,23 @@ from typing import Any
 
 import aiosqlite
 
+from webapp.stores import streamed
 from webapp.stores.checkpoint import RunHead, RunSnapshot
 
 # The row decoding is shared with PostgreSQL (webapp.stores.codec).
 from webapp.stores.codec import decode_checkpoint_entries as _decode_entries
 from webapp.stores.codec import decode_head as _decode_head
 from webapp.stores.sqlite import SQLiteBacked
+from webapp.stores.streamed import StreamedPiece, StreamedTurn
 from webapp.transcript import Entry, entry_to_dict
 
 SCHEMA_NAME = "checkpoint"
-SCHEMA_VERSION = 1
-SCHEMA_SQL = """
+SCHEMA_VERSION = 2
+# 1 -> 2: the streamed text of a turn in flight (webapp.stores.streamed).
+MIGRATIONS = {1: streamed.TABLE_SQL}
+SCHEMA_SQL = (
+    streamed.TABLE_SQL
+    + """
 CREATE TABLE IF NOT EXISTS checkpoint_heads (
     run_id      TEXT    PRIMARY KEY,
     head_json   TEXT    NOT NULL,
@@ -39,6 +45,7 @@ CREATE TABLE IF NOT EXISTS checkpoint_entries (
     PRIMARY KEY (run_id, idx)
 );
 """
+)
 
 # New entries go after the stored ones; the head row (read in the same
 # transaction) says how many there are.
@@ -60,6 +67,7 @@ class SQLiteCheckpointer(SQLiteBacked):
     SCHEMA_NAME = SCHEMA_NAME
     SCHEMA_VERSION = SCHEMA_VERSION
     SCHEMA_SQL = SCHEMA_SQL
+    MIGRATIONS = MIGRATIONS
 
     async def append(self, run_id: str, entries: list[Entry], head: RunHead) -> None:
         """Add the entries produced since the last call and replace the head."""
@@ -114,5 +122,24 @@ class SQLiteCheckpointer(SQLiteBacked):
         async def remove(db: aiosqlite.Connection) -> None:
             await db.execute("DELETE FROM checkpoint_entries WHERE run_id = ?", (run_id,))
             await db.execute("DELETE FROM checkpoint_heads WHERE run_id = ?", (run_id,))
+            await db.execute(streamed.CLEAR_SQL, (run_id,))
 
         await self._store.write(remove)
+
+    # --- the streamed text of the turn in flight (webapp.stores.streamed) ---------------
+
+    async def save_streamed(self, run_id: str, piece: StreamedPiece) -> None:
+        """Add ``piece`` (index 0 first deletes every earlier piece of the run)."""
+
+        async def save(db: aiosqlite.Connection) -> None:
+            if piece.index == 0:
+                await db.execute(streamed.CLEAR_SQL, (run_id,))
+            await db.execute(streamed.INSERT_SQL, piece.row(run_id))
+
+        await self._store.write(save)
+
+    async def load_streamed(self, run_id: str, turn: int) -> StreamedTurn | None:
+        async def query(db: aiosqlite.Connection) -> list[Any]:
+            return list(await db.execute_fetchall(streamed.LOAD_SQL, (run_id, turn)))
+
+        return streamed.join_pieces(await self._store.read(query))
