@@ -218,6 +218,7 @@ async def test_shutdown_mid_run_resumes_on_the_next_start(tmp_path: Path):
 
         await eventually(streaming, 10, "the reply to stream")
         run_id = first.state.web.runs.latest(chat_id).run_id
+    shown = first.state.web.runs.latest(chat_id).reply.text  # when the server went away
     # Clients still connected during the shutdown are told to retry (the next process
     # resumes the run), never given a final reply.
     transport = httpx.ASGITransport(app=first)
@@ -230,9 +231,14 @@ async def test_shutdown_mid_run_resumes_on_the_next_start(tmp_path: Path):
     assert await session.segments(chat_id) == []
     snapshot = await cp.load(run_id)
     assert snapshot is not None and snapshot.status == "interrupted"
+    # Everything the reply showed was saved at the shutdown (SPEC §6): the next start
+    # continues it instead of answering again.
+    saved = await cp.load_streamed(run_id, 0)
+    assert saved is not None and saved.text == shown and words.startswith(shown)
     await session.close()
     await cp.close()
-    second = create_app(db, model=ScriptedModel([words]))
+    model = ScriptedModel([words[len(shown) :]])
+    second = create_app(db, model=model)
     async with second.router.lifespan_context(second):
         web = second.state.web
 
@@ -245,6 +251,8 @@ async def test_shutdown_mid_run_resumes_on_the_next_start(tmp_path: Path):
         assert [(s.run_id, s.entries) for s in segments] == [
             (run_id, [UserEntry("talk"), AssistantEntry(words)])
         ]
+        assert model.requests == [[UserEntry("talk"), AssistantEntry(shown)]]
+        assert model.continued == [True]
         transport = httpx.ASGITransport(app=second)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
             page = parse_html((await http.get(f"/chats/{chat_id}")).text)

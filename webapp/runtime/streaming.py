@@ -32,7 +32,7 @@ from typing import Protocol
 from webapp.runtime.options import CheckpointOptions
 from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.streamed import StreamedCheckpointer, StreamedPiece, StreamedTurn
-from webapp.transcript import AssistantEntry, Entry
+from webapp.transcript import AssistantEntry, Entry, ReasoningEntry
 
 logger = logging.getLogger("webapp.runtime.streaming")
 
@@ -213,6 +213,16 @@ def continue_view(view: list[Entry], text: str) -> list[Entry]:
     if view and isinstance(view[-1], AssistantEntry):
         return [*view[:-1], AssistantEntry(view[-1].text + text)]
     return [*view, AssistantEntry(text)]
+
+
+def streamed_entries(turn: StreamedTurn | None) -> list[Entry]:
+    """What a turn had streamed, as the entries its resume will finish it as."""
+    if turn is None:
+        return []
+    return [
+        *([ReasoningEntry(turn.reasoning)] if turn.reasoning else []),
+        AssistantEntry(turn.text),
+    ]
 
 
 async def close_quietly(saves: Saves, *, flush: bool) -> None:

@@ -64,7 +64,7 @@ from webapp.web.live.approvals import Pauses
 from webapp.web.live.chat_locks import ChatLocks
 from webapp.web.live.cluster import Cluster
 from webapp.web.live.followers import Followers, publish_start, reply_to_json
-from webapp.web.live.recovery import Recovery
+from webapp.web.live.recovery import Recovery, seen_entries
 from webapp.web.live.run_state import RunState
 from webapp.web.view_models import (
     ReplyStatus,
@@ -471,7 +471,7 @@ class RunManager:
         store what its checkpoint holds as stopped."""
         await self.chats.request_stop(chat.id, run_id)
         snapshot = await self.checkpointer.load(run_id)
-        entries = drop_dangling_tool_calls(snapshot.entries) if snapshot is not None else []
+        entries = await seen_entries(self.checkpointer, snapshot) if snapshot is not None else []
         await self.keep_ended(
             chat.id, run_id, entries, {"status": "stopped"}, chat.continues_run_id
         )
