@@ -64,8 +64,8 @@ class Follower:
             assert reply is not None, event.data[:300]
             content = reply.find(class_="content")
             self.text = content.text() if content is not None else ""
-            if event.event == "done":
-                self.done = True
+            if event.event == "done" or reply.attrs.get("data-status") != "streaming":
+                self.done = True  # a reset to the finished reply: nothing more to follow
             else:
                 self.resets += 1
                 self.url = html.unescape(reply.attrs.get("sse-connect") or self.url)
