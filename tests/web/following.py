@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import itertools
 from dataclasses import dataclass, field
 
 import httpx
@@ -82,7 +83,7 @@ class Follower:
 def most_words_gone_back(shown: list[str]) -> int:
     """The most words the reply ever lost from one state on screen to the next."""
     worst = 0
-    for before, after in zip(shown, shown[1:], strict=False):
+    for before, after in itertools.pairwise(shown):
         old, new = before.split(), after.split()
         kept = 0
         while kept < min(len(old), len(new)) and old[kept] == new[kept]:

@@ -25,9 +25,9 @@ from following import Follower, most_words_gone_back
 from webhelpers import HX, cli_env, free_port, parse_html, replies, stop_process, wait_serving
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "models"))  # the endpoint's own tests' server
-from chat_server import API_KEY, ChatServer, Reply, chunk, sse, usage_chunk  # noqa: E402
+from chat_server import API_KEY, ChatServer, Reply, chunk, sse, usage_chunk
 
-from webapp.models.chat_request import CONTINUE_INSTRUCTION  # noqa: E402
+from webapp.models.chat_request import CONTINUE_INSTRUCTION
 
 WORDS = [f"w{i} " for i in range(1, 301)]
 PAUSE = 0.01  # between the endpoint's words: 250 ms of text is 25 words
