@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import html
 import itertools
+import time
 from dataclasses import dataclass, field
 
 import httpx
@@ -21,12 +22,13 @@ from webhelpers import SSEvent, parse_html, parse_sse, text_of_fragments
 @dataclass
 class Follower:
     http: httpx.AsyncClient
-    url: str
+    url: str  # absolute: a reset's relative ``sse-connect`` is resolved against it
     text: str = ""
     last_id: str | None = None
     done: bool = False
     shown: list[str] = field(default_factory=list)
     resets: int = 0
+    reset_at: list[float] = field(default_factory=list)  # time.time() of each reset
 
     async def follow(self, timeout: float) -> None:
         """Read until the ``done`` event (reconnecting as often as needed)."""
@@ -69,7 +71,9 @@ class Follower:
                 self.done = True  # a reset to the finished reply: nothing more to follow
             else:
                 self.resets += 1
-                self.url = html.unescape(reply.attrs.get("sse-connect") or self.url)
+                self.reset_at.append(time.time())
+                connect = html.unescape(reply.attrs.get("sse-connect") or "")
+                self.url = str(httpx.URL(self.url).join(connect)) if connect else self.url
                 self.last_id = None  # the fragment's own position is in its URL
         else:
             return False

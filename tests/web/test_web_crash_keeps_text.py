@@ -85,7 +85,7 @@ async def test_kill_9_mid_reply_continues_the_saved_text(
             sent = await http.post(f"/chats/{chat_id}/messages", data={"text": "hi"}, headers=HX)
             found = re.search(r'sse-connect="([^"]+)"', sent.text)
             assert found is not None, sent.text[:300]
-            follower = Follower(http, html.unescape(found.group(1)))
+            follower = Follower(http, base + html.unescape(found.group(1)).removeprefix(base))
             following = asyncio.create_task(follower.follow(timeout=90))
             while follower.words_seen() < 100:
                 assert not following.done(), following
