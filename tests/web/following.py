@@ -29,6 +29,7 @@ class Follower:
     shown: list[str] = field(default_factory=list)
     resets: int = 0
     reset_at: list[float] = field(default_factory=list)  # time.time() of each reset
+    shown_at: list[float] = field(default_factory=list)  # time.time() of each of `shown`
 
     async def follow(self, timeout: float) -> None:
         """Read until the ``done`` event (reconnecting as often as needed)."""
@@ -78,6 +79,7 @@ class Follower:
         else:
             return False
         self.shown.append(self.text)
+        self.shown_at.append(time.time())
         return event.event in ("reset", "done")
 
     def words_seen(self) -> int:
