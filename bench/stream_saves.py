@@ -59,8 +59,9 @@ class NoSaves(sb.App):
         command += ["--db", str(self.db), "--log-level", "warning"]
         command += ["--base-url", f"http://127.0.0.1:{endpoint_port}/v1", "--model", "fake"]
         env = {**os.environ, "PYTHONPATH": str(self.root)}
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}  # its ^C traceback
-        self.proc = subprocess.Popen(command, cwd=self.root, env=env, **quiet)
+        self.proc = subprocess.Popen(  # quiet: its ^C traceback at the end is noise
+            command, cwd=self.root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         sb.wait_listening(self.port, self.proc, f"the app {self.label}")
 
 
@@ -74,8 +75,9 @@ class Floor(sb.App):
         self.port = sb.free_port()
         upstream = f"http://127.0.0.1:{endpoint_port}/v1"
         command = [sys.executable, str(self.script), str(self.port), upstream]
-        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-        self.proc = subprocess.Popen(command, cwd=self.root, **quiet)
+        self.proc = subprocess.Popen(
+            command, cwd=self.root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         sb.wait_listening(self.port, self.proc, "the floor app")
 
 
