@@ -10,7 +10,7 @@ from webapp import Agent, CheckpointOptions, InMemoryCheckpointer, Runner
 from webapp.models import ScriptedModel
 from webapp.runtime import streaming
 from webapp.runtime.streaming import TurnSaver, continue_view
-from webapp.stores.streamed import StreamedPiece
+from webapp.stores.streamed import StreamedPiece, StreamedTurn
 from webapp.transcript import AssistantEntry, ToolCallEntry, ToolResultEntry, UserEntry
 
 
@@ -113,6 +113,9 @@ async def _started(store, opts):
 
 def test_the_saved_text_of_a_continuation_joins_the_reply_it_continues():
     view = [UserEntry("count"), AssistantEntry("1 2 3")]
-    assert continue_view(view, " 4 5") == [UserEntry("count"), AssistantEntry("1 2 3 4 5")]
+    saved = StreamedTurn(" 4 5", "", False, 1)
+    assert continue_view(view, saved) == [UserEntry("count"), AssistantEntry("1 2 3 4 5")]
     after_tool = [UserEntry("q"), ToolCallEntry("c", "t", "{}"), ToolResultEntry("c", "ok")]
-    assert continue_view(after_tool, "It is") == [*after_tool, AssistantEntry("It is")]
+    saved = StreamedTurn("It is", "", False, 1)
+    assert continue_view(after_tool, saved) == [*after_tool, AssistantEntry("It is")]
+    assert continue_view(view, None) == view  # nothing saved: the turn is redone

@@ -11,9 +11,9 @@ first token does not wait for a disk flush); the next save waits for it, and
 its failure fails the run there.
 
 A run with no input after an unfinished assistant reply continues that reply
-(see `webapp.runtime.continuation`); so does a resume, from the text its turn in
-flight had streamed (see `webapp.runtime.streaming`). A call of a tool that asks for approval
-pauses the run (see `webapp.runtime.approvals`).
+(see `webapp.runtime.continuation`), as a resume does its turn's streamed text
+(`webapp.runtime.streaming`). A call of a tool that asks for approval pauses the
+run (see `webapp.runtime.approvals`).
 
 On success the order is fixed: checkpoint completed, *then* session append. A
 run is never both "persisted as finished" and "still resumable"; a crash
@@ -208,7 +208,6 @@ class _Run:
         except asyncio.CancelledError:
             if self.completed:  # too late to stop: the run is already durable as finished
                 return await self._finish_after_late_cancel()
-            await streaming.close_quietly(self.saves, flush=True)  # a resume goes on from all of it
             await self._mark("interrupted")
             self.emit(RunCancelled(self._entries_seen()))
             raise
@@ -305,35 +304,31 @@ class _Run:
         if model is None:
             raise UserError(f"agent {self.agent.name!r} has no model; pass Agent(model=...)")
         view = self._model_view()
-        resumed, self.resumed = self.resumed, None
-        if resumed is not None:  # the text saved before a crash: continued, not redone
-            view = streaming.continue_view(view, resumed.text)
+        resumed, self.resumed = self.resumed, None  # text saved before a crash: continued
+        view = streaming.continue_view(view, resumed)
         request = ModelRequest(
             system=await self.agent.render_instructions(self.ctx),
             entries=view,
             tools=[t.spec for t in self._tools().values()],
             continue_final=resumed is not None or continues_final(self.entries, view),
         )
-        calls: list[ToolCallEntry] = []
-        reasoning, self.partial = (resumed.reasoning, resumed.text) if resumed else ("", "")
-        self.finish_reason = None
-        self.saves = saves = streaming.turn_saves(
-            self.checkpoint, self.run_id, self.head.turns, resumed
-        )
+        reasoning, calls, self.finish_reason = (resumed.reasoning if resumed else ""), [], None
+        self.partial = resumed.text if resumed else ""
+        self.saves = streaming.turn_saves(self.checkpoint, self.run_id, self.head.turns, resumed)
         async for part in paced(model.stream(request)):
             if isinstance(part, TextPart) and part.text:
                 first = not self.partial
                 self.partial += part.text
-                saves.add_text(part.text)
+                self.saves.add_text(part.text)
                 self.emit(TextDelta(part.text))
                 if first:  # its readers send it on before the rest of a burst is read
                     await asyncio.sleep(0)
             elif isinstance(part, ReasoningPart) and part.text:
                 reasoning += part.text
-                saves.add_reasoning(part.text)
+                self.saves.add_reasoning(part.text)
                 self.emit(ReasoningDelta(part.text))
             elif isinstance(part, ToolCallPart):
-                saves.mark_calls()
+                self.saves.mark_calls()
                 calls.append(
                     ToolCallEntry(self._unique_call_id(part.call_id), part.name, part.arguments)
                 )
@@ -341,7 +336,7 @@ class _Run:
                 self.head = replace(self.head, usage=self.head.usage + part.usage)
             elif isinstance(part, FinishPart):
                 self.finish_reason = part.reason
-        await saves.close(flush=False)  # the turn's own save, next, holds all of it
+        await self.saves.close(flush=False)  # the turn's own save, next, holds all of it
         text, self.partial = self.partial, ""
         produced: list[Entry] = [ReasoningEntry(reasoning)] if reasoning else []
         produced += [AssistantEntry(text)] if text else []
@@ -453,7 +448,6 @@ class _Run:
 
     async def _fail(self, exc: Exception) -> None:
         error = f"{type(exc).__name__}: {exc}"
-        await streaming.close_quietly(self.saves, flush=True)
         try:
             # A completed checkpoint stays completed (e.g. the session append failed):
             # the next submission replays it and the append heals.
@@ -508,6 +502,7 @@ class _Run:
             raise
 
     async def _mark(self, status: str, *, error: str | None = None) -> None:
+        await streaming.close_quietly(self.saves, flush=True)  # a resume goes on from all of it
         if self.checkpoint is None or not self.saved:
             return  # refused before its first save: the stored run (if any) is not ours
         await self._settle_inflight()  # keep saves in order: this head must be the last

@@ -206,10 +206,13 @@ async def resumable_turn(
     return found
 
 
-def continue_view(view: list[Entry], text: str) -> list[Entry]:
-    """The model view of a resumed turn: its saved ``text`` as the final assistant
-    message to continue. A continuation's saved text joins the reply it continues,
-    so the model sees one message, not two in a row."""
+def continue_view(view: list[Entry], resumed: StreamedTurn | None) -> list[Entry]:
+    """The model view of a turn, with the text a resume goes on from (if any) as the
+    final assistant message to continue. A continuation's saved text joins the reply
+    it continues, so the model sees one message, not two in a row."""
+    if resumed is None:
+        return view
+    text = resumed.text
     if view and isinstance(view[-1], AssistantEntry):
         return [*view[:-1], AssistantEntry(view[-1].text + text)]
     return [*view, AssistantEntry(text)]
