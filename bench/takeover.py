@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import html
-import re
 import statistics
 import sys
 import tempfile
@@ -42,23 +40,26 @@ HX = {"HX-Request": "true"}
 
 
 async def start_reply(http: httpx.AsyncClient, base: str, count: int) -> str:
-    """Start a count on a new chat of ``base``; returns its event stream's URL."""
+    """Start a count on a new chat of ``base``; returns the send's answer (its HTML)."""
     chat_id = await new_chat(http, base)
     sent = await http.post(
         f"{base}/chats/{chat_id}/messages", data={"text": f"count to {count}"}, headers=HX
     )
-    found = re.search(r'sse-connect="([^"]+)"', sent.text)
-    if found is None:
+    if sent.status_code != 200 or "sse-connect" not in sent.text:
         raise RuntimeError(f"no live reply: {sent.status_code} {sent.text[:300]}")
-    return html.unescape(found.group(1)).removeprefix(base)
+    return sent.text
 
 
 async def takeover(dsn: str, logs: Path, args: argparse.Namespace) -> None:
     with running(dsn, 2, args.delay, logs) as (a, b):
         limits = httpx.Limits(max_connections=4 * args.chats + 10)
         async with httpx.AsyncClient(timeout=30, limits=limits) as http:
-            paths = [await start_reply(http, a.base, args.count) for _ in range(args.chats)]
-            followers = [Follower(http, b.base + p) for p in paths]
+            answers = [await start_reply(http, a.base, args.count) for _ in range(args.chats)]
+            # pages on B, showing what the send's answer showed on A
+            followers = [Follower.of_send(http, a.base, answer) for answer in answers]
+            for follower in followers:
+                follower.url = b.base + follower.url.removeprefix(a.base)
+            paths = [f.url.removeprefix(b.base) for f in followers]
             tasks = [asyncio.create_task(f.follow(args.timeout)) for f in followers]
             while min(f.words_seen() for f in followers) < 20:
                 await asyncio.sleep(0.05)
@@ -66,6 +67,8 @@ async def takeover(dsn: str, logs: Path, args: argparse.Namespace) -> None:
             a.proc.kill()
             a.proc.wait(10)
             killed_at = time.time()
+            shown_at_kill = [f.words_seen() for f in followers]
+            saved_at_kill = await saved_words(dsn, paths)
             deadline = time.monotonic() + args.timeout
             while not all(any(t > killed_at for t in f.reset_at) for f in followers):
                 if time.monotonic() > deadline:
@@ -115,7 +118,28 @@ async def takeover(dsn: str, logs: Path, args: argparse.Namespace) -> None:
         f"({1000 * max(back) * args.delay:.0f} ms of text), p50 {statistics.median(back):.0f}"
     )
     print(f"  pages showing anything but the count so far: {len(wrong)}")
+    ahead = sorted(s - v for s, v in zip(shown_at_kill, saved_at_kill, strict=True))
+    print(
+        f"  shown on a page but not yet saved at the kill: p50 {ahead[len(ahead) // 2]}, "
+        f"max {ahead[-1]} numbers"
+    )
     print(f"  (before the kill, for comparison: a page went back at most {max(before)} numbers)")
+
+
+async def saved_words(dsn: str, paths: list[str]) -> list[int]:
+    """How many numbers of each reply its saved pieces hold."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        found = []
+        for path in paths:
+            rows = await conn.fetch(
+                "SELECT text FROM checkpoint_partials WHERE run_id = $1 ORDER BY turn, idx",
+                path.split("/runs/")[1].split("/")[0],
+            )
+            found.append(len("".join(r[0] for r in rows).split()))
+        return found
+    finally:
+        await conn.close()
 
 
 def after(follower: Follower, moment: float) -> list[str]:

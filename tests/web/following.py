@@ -30,6 +30,7 @@ class Follower:
     resets: int = 0
     reset_at: list[float] = field(default_factory=list)  # time.time() of each reset
     shown_at: list[float] = field(default_factory=list)  # time.time() of each of `shown`
+    shown_by: list[str] = field(default_factory=list)  # the event that made each of `shown`
 
     async def follow(self, timeout: float) -> None:
         """Read until the ``done`` event (reconnecting as often as needed)."""
@@ -80,7 +81,18 @@ class Follower:
             return False
         self.shown.append(self.text)
         self.shown_at.append(time.time())
+        self.shown_by.append(event.event)
         return event.event in ("reset", "done")
+
+    @classmethod
+    def of_send(cls, http: httpx.AsyncClient, base: str, answer: str) -> Follower:
+        """The page as a send's answer (``answer``, its HTML) left it: the reply's text
+        so far, and its stream (``base``: the server's URL, for a relative one)."""
+        reply = parse_html(answer).find(data_role="assistant")
+        assert reply is not None and reply.attrs.get("sse-connect"), answer[:300]
+        content = reply.find(class_="content")
+        url = str(httpx.URL(base + "/").join(html.unescape(reply.attrs["sse-connect"] or "")))
+        return cls(http, url, content.text() if content is not None else "")
 
     def words_seen(self) -> int:
         return len(self.text.split())

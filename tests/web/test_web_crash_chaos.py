@@ -8,8 +8,6 @@ than 250 ms of text ahead of what came back after a crash.
 from __future__ import annotations
 
 import asyncio
-import html
-import re
 import signal
 import subprocess
 import sys
@@ -49,10 +47,7 @@ async def test_many_chats_several_kill_9s_every_reply_exact(tmp_path: Path):
                 sent = await http.post(
                     f"/chats/{chat_id}/messages", data={"text": f"count to {COUNT}"}, headers=HX
                 )
-                found = re.search(r'sse-connect="([^"]+)"', sent.text)
-                assert found is not None, sent.text[:300]
-                url = base + html.unescape(found.group(1)).removeprefix(base)
-                followers.append(Follower(http, url))
+                followers.append(Follower.of_send(http, base, sent.text))
                 chat_ids.append(chat_id)
             tasks = [asyncio.create_task(f.follow(timeout=180)) for f in followers]
             for crash in range(CRASHES):

@@ -9,7 +9,6 @@ reads the reply's event stream as a browser does, reconnecting with
 from __future__ import annotations
 
 import asyncio
-import html
 import re
 import signal
 import sqlite3
@@ -83,9 +82,7 @@ async def test_kill_9_mid_reply_continues_the_saved_text(
         with app_process(db, port, endpoint, log) as proc:
             chat_id = (await http.post("/chats")).headers["location"].rsplit("/", 1)[1]
             sent = await http.post(f"/chats/{chat_id}/messages", data={"text": "hi"}, headers=HX)
-            found = re.search(r'sse-connect="([^"]+)"', sent.text)
-            assert found is not None, sent.text[:300]
-            follower = Follower(http, base + html.unescape(found.group(1)).removeprefix(base))
+            follower = Follower.of_send(http, base, sent.text)
             following = asyncio.create_task(follower.follow(timeout=90))
             while follower.words_seen() < 100:
                 assert not following.done(), following
