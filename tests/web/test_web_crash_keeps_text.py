@@ -100,6 +100,7 @@ async def test_kill_9_mid_reply_continues_the_saved_text(
         with app_process(db, port, endpoint, log):
             await following
             page = parse_html((await http.get(f"/chats/{chat_id}")).text)
+            exported = (await http.get(f"/chats/{chat_id}/export.json")).json()
 
     final = "".join(WORDS)
     assert follower.text.split() == final.split()
@@ -121,7 +122,10 @@ async def test_kill_9_mid_reply_continues_the_saved_text(
             {"role": "user", "content": CONTINUE_INSTRUCTION},
         ]
         assert "continue_final_message" not in request.body
-    # the session, and so an export, holds one reply: the saved text once, then the rest
+    # the session and an export hold one reply: the saved text once, then the rest
+    (run,) = exported["runs"]
+    assert [e["type"] for e in run["entries"]] == ["user", "assistant"]
+    assert run["entries"][1]["text"].split() == final.split()
     with sqlite3.connect(db) as conn:
         (entries,) = conn.execute("SELECT entries_json FROM session_segments").fetchone()
     assert entries.count('"assistant"') == 1 and final.replace(" ", "") in entries.replace(" ", "")
