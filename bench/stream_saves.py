@@ -18,7 +18,8 @@ window), medians of ``--repeat`` rounds; every streamed text is checked whole.
 model's pace (25 tokens/s each: saves are what they are at that pace, one per
 200 ms per reply); one chat bursting 1,000 tokens; one chat of a 10,000-token
 reply at 500 tokens/s (20 s: 100 saves, each adding only its new text, never
-the reply so far).
+the reply so far). And the time to first token added over a direct request, at
+100 tokens/s: a reply's first save is written with its first token.
 """
 
 from __future__ import annotations
@@ -84,6 +85,8 @@ class Floor(sb.App):
 def scenarios(quick: bool) -> dict[str, object]:
     return {
         "fixed": lambda b, a: b.timed(a, "fixed", 20 if quick else 50, 1, 0, 1),
+        # the first save goes out with the first token: it must not delay it
+        "latency100": lambda b, a: b.latency(a, 10 if quick else 20, 20, 100),
         "paced50": lambda b, a: b.timed(
             a, "paced 25 tok/s, 50 chats", 50, 50 if quick else 150, 25, 1
         ),
