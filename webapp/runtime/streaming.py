@@ -74,10 +74,13 @@ NO_SAVES: Saves = _NoSaves()
 class TurnSaver:
     """Saves one turn's streamed text, one piece per `SAVE_INTERVAL` at most.
 
-    The first text is saved at once (its piece also clears the run's earlier
-    pieces); later text waits for the interval since the previous write began,
-    or for that write to end. A failed write fails the run at its next token
-    (like a failed checkpoint save), never silently.
+    The first text is written `SAVE_INTERVAL` after it arrived (not at once: a
+    reply's first token and its readers' requests do not queue behind a write,
+    and a reply shorter than that is never written piecemeal); later text waits
+    for the interval since the previous write began, or for that write to end.
+    The turn's first piece also clears the run's earlier pieces. A failed write
+    fails the run at its next token (like a failed checkpoint save), never
+    silently.
     """
 
     def __init__(
@@ -143,7 +146,8 @@ class TurnSaver:
         if self._closed or self._timer is not None or self._writing is not None:
             return  # the timer, or the end of the write under way, takes it
         loop = asyncio.get_running_loop()
-        delay = max(0.0, self._last_write + SAVE_INTERVAL - loop.time())
+        since = self._last_write if self._last_write > float("-inf") else loop.time()
+        delay = max(0.0, since + SAVE_INTERVAL - loop.time())
         # The timer runs in this context: the write's task keeps the run's fence.
         self._timer = loop.call_later(delay, self._start_write)
 
