@@ -469,6 +469,7 @@ _SQLITE_STEPS_UNDONE: dict[int, tuple[str, ...]] = {
         "DROP INDEX chats_by_user",
         "ALTER TABLE chats DROP COLUMN user_id",
     ),
+    11: ("DROP TABLE checkpoint_partials",),
 }
 
 

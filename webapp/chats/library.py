@@ -28,8 +28,15 @@ CHAT_COLUMNS = (
 
 # What a run in flight resumes from, dropped with it: its checkpoint, the input it
 # was started with (`begin_run` writes it with the run, before the run's first
-# checkpoint can exist), and whether it waits for a tool approval.
-CHECKPOINT_TABLES = ("checkpoint_heads", "checkpoint_entries", "run_inputs", "paused_runs")
+# checkpoint can exist), whether it waits for a tool approval, and the text its turn in
+# flight streamed (webapp.stores.streamed).
+CHECKPOINT_TABLES = (
+    "checkpoint_heads",
+    "checkpoint_entries",
+    "run_inputs",
+    "paused_runs",
+    "checkpoint_partials",
+)
 
 
 @dataclass(frozen=True)

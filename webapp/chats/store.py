@@ -44,6 +44,7 @@ from webapp.chats.pages import Page, read_page
 from webapp.chats.session_rows import append_segments, cut_segments, shown_segment, stored_segments
 from webapp.chats.tree import Tree
 from webapp.chats.users import EVERY_CHAT, Owner, ThrottlePolicy, Users
+from webapp.stores import streamed
 from webapp.stores.codec import StoredSegment
 from webapp.stores.session import Segment
 from webapp.transcript import Entry
@@ -162,7 +163,7 @@ class ChatStore(ChatLibrary):
     """
 
     SCHEMA_NAME = "webapp_chats"
-    SCHEMA_VERSION = 11
+    SCHEMA_VERSION = 12
     SCHEMA_SQL = (
         SQLITE_STORES
         + _SCHEMA
@@ -189,9 +190,10 @@ class ChatStore(ChatLibrary):
         9: tool_approvals.SCHEMA,  # tools that ask first: decisions, grants, waiting runs
         # People: every chat gets an owner; accounts, sessions, failed sign-ins.
         10: chat_users.SQLITE_SCHEMA,
+        11: streamed.TABLE_SQL,  # the streamed text of a turn in flight
     }
     # PostgreSQL started with everything above but run_inputs (its own numbering).
-    POSTGRES_SCHEMA_VERSION = 8
+    POSTGRES_SCHEMA_VERSION = 9
     POSTGRES_MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: _RUN_INPUTS,
         2: chat_search_pg.SCHEMA + chat_search_pg.REBUILD,  # no text holds the markers
@@ -200,6 +202,7 @@ class ChatStore(ChatLibrary):
         5: tool_approvals.POSTGRES_SCHEMA,
         6: chat_users.POSTGRES_SCHEMA,
         7: chat_settings.POSTGRES_BIGINT_USAGE,  # usage past 2^31 fits (SPEC §17)
+        8: streamed.TABLE_SQL,  # the streamed text of a turn in flight
     }
     POSTGRES_SCHEMA_SQL = (
         POSTGRES_STORES

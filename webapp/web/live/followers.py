@@ -132,6 +132,15 @@ class Followers:
             if state.seq < seq:
                 await asyncio.sleep(0.02)  # the owner writes its events every 20 ms
 
+    def drop(self, run_id: str) -> None:
+        """This process resumed ``run_id`` itself: the copy of the attempt before ends,
+        and its streams go on with this process's attempt at once."""
+        state = self._states.pop(run_id, None)
+        self._finished_at.pop(run_id, None)
+        if state is not None and not state.finished:
+            state.phase.abandon()
+            state.append_nothing()
+
     def wake(self, run_id: str) -> None:
         """The owner wrote events of ``run_id`` ("*": of any run): read them (one read at
         a time per run)."""
@@ -145,7 +154,7 @@ class Followers:
         if run_id in self._pulling:
             self._again.add(run_id)
             return
-        task = asyncio.get_running_loop().create_task(self._pull(state, check_lease=False))
+        task = asyncio.get_running_loop().create_task(self._pull_woken(state))
         self._pulling[run_id] = task
         task.add_done_callback(lambda done: self._pulled(run_id, done))
 
@@ -168,6 +177,15 @@ class Followers:
             elif now - self._finished_at.setdefault(run_id, now) > KEEP_FINISHED:
                 self._states.pop(run_id, None)
                 self._finished_at.pop(run_id, None)
+
+    async def _pull_woken(self, state: RunState) -> None:
+        """A notification's read. One that brings nothing of this attempt may be another
+        attempt's start (a takeover elsewhere): then the lease says so at once, not at
+        the next timer."""
+        before = state.seq
+        await self._pull(state, check_lease=False)
+        if state.seq == before and not state.finished:
+            await self._pull(state, check_lease=True)
 
     async def _pull(self, state: RunState, *, check_lease: bool) -> None:
         # The lease first: an owner writes its `done` record before it lets the lease

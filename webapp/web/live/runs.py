@@ -69,7 +69,7 @@ from webapp.web.live.followers import Followers, publish_start, reply_to_json
 from webapp.web.live.host import Renderer
 from webapp.web.live.pauses import Pauses
 from webapp.web.live.readers import Readers
-from webapp.web.live.recovery import Recovery
+from webapp.web.live.recovery import Recovery, seen_entries
 from webapp.web.live.reply import (
     ReplyStatus,
     ReplyView,
@@ -185,6 +185,9 @@ class RunManager:
             del self._runs[state.run_id]
             if self._latest.get(state.chat_id) == state.run_id:
                 del self._latest[state.chat_id]
+
+    def drop_follower(self, run_id: str) -> None:
+        self.followers.drop(run_id)
 
     def forget_chat(self, chat_id: str) -> None:
         run_id = self._latest.pop(chat_id, None)
@@ -494,7 +497,7 @@ class RunManager:
         store what its checkpoint holds as stopped."""
         await self.store.request_stop(chat.id, run_id)
         snapshot = await self.checkpointer.load(run_id)
-        entries = drop_dangling_tool_calls(snapshot.entries) if snapshot is not None else []
+        entries = await seen_entries(self.checkpointer, snapshot) if snapshot is not None else []
         await self.store_ended(
             chat.id, run_id, entries, {"status": "stopped"}, chat.continues_run_id
         )
