@@ -10,6 +10,7 @@ than 250 ms of text, and shows the resumed run within 1 s of its resumption.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 
 import asyncpg
@@ -23,9 +24,16 @@ MAX_NUMBERS_BACK = 40  # 25, and a margin for a loaded machine
 TAKEOVER_SECONDS = 60.0  # lease expiry (10 s) + a scan (2 s) + the rest, on a slow machine
 
 
-async def test_kill_9_of_the_owner_the_survivor_continues_the_saved_text(
+def test_kill_9_of_the_owner_the_survivor_continues_the_saved_text(
     apps: Apps, postgres_dsn: str
 ) -> None:
+    # On a thread of its own: this folder's Chromium (sync Playwright) may hold a running
+    # event loop in the test's thread, where no other loop can run.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, _survivor_continues(apps, postgres_dsn)).result()
+
+
+async def _survivor_continues(apps: Apps, postgres_dsn: str) -> None:
     a, b = apps.pair()
     expected = [str(n) for n in range(1, COUNT + 1)]
     async with httpx.AsyncClient(timeout=10) as http:
