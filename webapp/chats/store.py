@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Self
 
+from webapp.chats import api_access
 from webapp.chats import limits as chat_limits
 from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
@@ -162,7 +163,7 @@ class ChatStore(ChatLibrary):
     """
 
     SCHEMA_NAME = "webapp_chats"
-    SCHEMA_VERSION = 11
+    SCHEMA_VERSION = 12
     SCHEMA_SQL = (
         SQLITE_STORES
         + _SCHEMA
@@ -171,6 +172,7 @@ class ChatStore(ChatLibrary):
         + _SETTINGS
         + tool_approvals.SCHEMA
         + chat_users.SQLITE_SCHEMA
+        + api_access.SCHEMA
     )
     MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: "CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);",
@@ -189,9 +191,10 @@ class ChatStore(ChatLibrary):
         9: tool_approvals.SCHEMA,  # tools that ask first: decisions, grants, waiting runs
         # People: every chat gets an owner; accounts, sessions, failed sign-ins.
         10: chat_users.SQLITE_SCHEMA,
+        11: api_access.SCHEMA,  # the API's keys and the runs programs started (SPEC §16)
     }
     # PostgreSQL started with everything above but run_inputs (its own numbering).
-    POSTGRES_SCHEMA_VERSION = 7
+    POSTGRES_SCHEMA_VERSION = 8
     POSTGRES_MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: _RUN_INPUTS,
         2: chat_search_pg.SCHEMA + chat_search_pg.REBUILD,  # no text holds the markers
@@ -199,6 +202,7 @@ class ChatStore(ChatLibrary):
         4: chat_settings.POSTGRES_RUN_SCHEMA,
         5: tool_approvals.POSTGRES_SCHEMA,
         6: chat_users.POSTGRES_SCHEMA,
+        7: api_access.POSTGRES_SCHEMA,
     }
     POSTGRES_SCHEMA_SQL = (
         POSTGRES_STORES
@@ -210,6 +214,7 @@ class ChatStore(ChatLibrary):
         + chat_settings.POSTGRES_RUN_SCHEMA
         + tool_approvals.POSTGRES_SCHEMA
         + chat_users.POSTGRES_SCHEMA
+        + api_access.POSTGRES_SCHEMA
     )
 
     def __init__(
@@ -233,6 +238,8 @@ class ChatStore(ChatLibrary):
         self.settings = chat_settings.SettingsStore(self._store)
         self.approvals = tool_approvals.ToolApprovals(self._store)
         self.users = Users(self._store, throttle)
+        self.api_keys = api_access.ApiKeys(self._store)
+        self.api_runs = api_access.ApiRuns(self._store)
         self.limits = limits or Limits()
 
     async def close(self) -> None:

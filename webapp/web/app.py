@@ -52,6 +52,8 @@ from webapp.stores.sqlite_checkpoint import SQLiteCheckpointer
 from webapp.stores.sqlite_session import SQLiteSession
 from webapp.tools import calculator, current_time
 from webapp.web.agents import ChatAgents
+from webapp.web.api.service import ApiService
+from webapp.web.api.views import api_routes
 from webapp.web.app_state import WebApp
 from webapp.web.assets import STATIC_DIR, TEMPLATES_DIR
 from webapp.web.auth import (
@@ -71,7 +73,17 @@ from webapp.web.live.local_cluster import LocalCluster
 from webapp.web.live.runs import RunManager
 from webapp.web.security import SecurityMiddleware
 from webapp.web.templating import Templates, by_name
-from webapp.web.views import accounts, admin, chat_files, chats, messages, search, stream, tools
+from webapp.web.views import (
+    accounts,
+    admin,
+    api_keys,
+    chat_files,
+    chats,
+    messages,
+    search,
+    stream,
+    tools,
+)
 from webapp.web.views import models as model_views
 from webapp.web.views.responses import ERROR_TITLES, http_exception
 
@@ -171,6 +183,12 @@ def routes(
             methods=["POST"],
             name="refresh_models",
         ),
+        Route("/api-keys", api_keys.keys_page, methods=["GET"], name="api_keys"),
+        Route("/api-keys", api_keys.create_key, methods=["POST"], name="create_api_key"),
+        Route(
+            "/api-keys/{key_id}/revoke", api_keys.revoke_key, methods=["POST"], name="revoke_api_key"
+        ),
+        *api_routes(),
         *account_routes(auth or AuthSettings()),
         Mount("/static", StaticFiles(directory=static_dir), name="static"),
     ]
@@ -217,6 +235,8 @@ def create_app(
     static_dir: str | os.PathLike[str] = STATIC_DIR,
     config: AppConfig | None = None,
     lease_seconds: float | None = None,
+    api_orphan_seconds: float = 30.0,
+    idempotency_hours: float = 24.0,
 ) -> Starlette:
     """The chat app over one SQLite file, or a PostgreSQL database (``db_path`` a
     ``postgresql://`` URL) shared with other processes.
@@ -241,7 +261,11 @@ def create_app(
     ``lease_seconds``: with other processes on PostgreSQL, how long a run's lease lasts
     unrenewed, which is how soon another process takes over the runs of one that died
     (`webapp.stores.cluster.LeaseTimes`; 10 s by default).
+    ``api_orphan_seconds``: an API run every client has left is stopped after this long;
+    ``idempotency_hours``: how long an ``Idempotency-Key`` names its run (SPEC §16).
     """
+    if api_orphan_seconds <= 0 or idempotency_hours <= 0:
+        raise ValueError("api_orphan_seconds and idempotency_hours must be more than 0")
     lease = LeaseTimes(lease_seconds) if lease_seconds is not None else LeaseTimes()
     body_timeout()  # WEBAPP_BODY_TIMEOUT read now: a bad value stops the app at start
     if max_message_chars < 1:
@@ -281,7 +305,15 @@ def create_app(
         config or AppConfig(),
         lease,
     )
-    state = dataclasses.replace(state, auth=auth)
+    api = ApiService(
+        chats=state.chats,
+        store=store,
+        models=models,
+        token=token,
+        orphan_seconds=api_orphan_seconds,
+        idempotency_hours=idempotency_hours,
+    )
+    state = dataclasses.replace(state, auth=auth, api=api)
     app.state.web = state
     app.router.lifespan_context = _lifespan(state)
 
@@ -388,6 +420,8 @@ def _lifespan(state: WebApp) -> Any:
             stack.push_async_callback(state.checkpointer.close)  # type: ignore[attr-defined]
             stack.push_async_callback(state.session.close)  # type: ignore[attr-defined]
             stack.push_async_callback(state.store.close)
+            if state.api is not None:
+                stack.push_async_callback(state.api.close)
             swept = await state.store.sweep()
             if swept:
                 logger.warning("removed %d rows of deleted chats left by an earlier process", swept)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 
@@ -22,6 +23,9 @@ from webapp.web.fragments import Fragments
 from webapp.web.live.lease_keeper import LeaseKeeper
 from webapp.web.live.runs import RunManager
 from webapp.web.templating import Templates
+
+if TYPE_CHECKING:  # the API's service imports the views' helpers, which import this
+    from webapp.web.api.service import ApiService
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class WebApp:
     model_description: str
     models: ChatModels  # each chat's model and instructions, and the models on offer
     auth: AuthSettings = field(default_factory=AuthSettings)  # who may sign in, and how
+    api: ApiService | None = None  # the OpenAI-compatible API (SPEC §16)
 
 
 def web(request: Request) -> WebApp:
