@@ -113,10 +113,17 @@ def parse_request(raw: bytes, max_message_chars: int) -> ApiRequest:
         temperature=_number(body, "temperature", 0.0, 2.0),
         max_tokens=_whole(body, "max_tokens") or _whole(body, "max_completion_tokens"),
         store=_flag(body, "store"),
-        body_hash=hashlib.sha256(
-            json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
-        ).hexdigest(),
+        body_hash=_body_hash(body),
     )
+
+
+def _body_hash(body: dict[str, Any]) -> str:
+    """What a repeat must match: the body but how it is delivered (streamed or not), so
+    a retry may ask for the same answer as a stream, or as one piece."""
+    asked = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    return hashlib.sha256(
+        json.dumps(asked, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    ).hexdigest()
 
 
 def _conversation(messages: list[Any], limit: int) -> tuple[str, list[list[Entry]]]:
