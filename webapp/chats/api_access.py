@@ -124,7 +124,9 @@ class ApiKeys:
         """A new key for ``owner``: its record, and the key itself (never stored)."""
         label = label.strip()
         if not label or len(label) > MAX_LABEL_CHARS:
-            raise ValueError(f"a key name is 1 to {MAX_LABEL_CHARS} characters, got {label[:120]!r}")
+            raise ValueError(
+                f"a key name is 1 to {MAX_LABEL_CHARS} characters, got {label[:120]!r}"
+            )
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         made = ApiKey(uuid.uuid4().hex, label, key[-4:], time.time(), False)
 
@@ -150,8 +152,7 @@ class ApiKeys:
         async def select(tx: Tx) -> list[ApiKey]:
             rows = await tx.fetch(sql, params)
             return [
-                ApiKey(str(r[0]), str(r[1]), str(r[2]), float(r[3]), r[4] is not None)
-                for r in rows
+                ApiKey(str(r[0]), str(r[1]), str(r[2]), float(r[3]), r[4] is not None) for r in rows
             ]
 
         return await self._db.read(select)
@@ -272,7 +273,6 @@ class ApiRuns:
             return [(str(r[0]), str(r[1]), bool(r[2])) for r in rows]
 
         return await self._db.read(select)
-
 
     async def seed(self, chat_id: str, turns: list[list[Entry]]) -> None:
         """The conversation a request brings before its last message: one segment (and

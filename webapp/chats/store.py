@@ -26,12 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Self
 
-from webapp.chats import api_access
+from webapp.chats import api_access, tool_approvals
 from webapp.chats import limits as chat_limits
 from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
 from webapp.chats import settings as chat_settings
-from webapp.chats import tool_approvals
 from webapp.chats import tree as chat_tree
 from webapp.chats import users as chat_users
 from webapp.chats.db import CLUSTER_TABLES, POSTGRES_STORES, SQLITE_STORES, Tx, open_chat_db

@@ -186,7 +186,10 @@ def routes(
         Route("/api-keys", api_keys.keys_page, methods=["GET"], name="api_keys"),
         Route("/api-keys", api_keys.create_key, methods=["POST"], name="create_api_key"),
         Route(
-            "/api-keys/{key_id}/revoke", api_keys.revoke_key, methods=["POST"], name="revoke_api_key"
+            "/api-keys/{key_id}/revoke",
+            api_keys.revoke_key,
+            methods=["POST"],
+            name="revoke_api_key",
         ),
         *api_routes(),
         *account_routes(auth or AuthSettings()),

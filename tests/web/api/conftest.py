@@ -14,12 +14,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "models"))
 
-from chat_server import API_KEY, ChatServer  # noqa: E402
-from webhelpers import cli_env, free_port, stop_process, wait_serving  # noqa: E402
+from chat_server import API_KEY, ChatServer
+from webhelpers import cli_env, free_port, stop_process, wait_serving
 
 MODEL = "default/test-model"
 
-Serve = Callable[..., "contextmanager[str]"]
 
 
 @pytest.fixture(scope="module")

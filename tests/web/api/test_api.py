@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 from chat_server import ChatServer, Reply, chunk, sse, text_reply, usage_chunk
 from conftest import MODEL, serve
-from webhelpers import cli_env, parse_html
+from webhelpers import parse_html
 
 USER = [{"role": "user", "content": "Say hello"}]
 
@@ -167,9 +163,7 @@ def test_a_repeat_after_the_end_replays_without_the_model(server: str, upstream:
     assert len(upstream.received) == 1
 
 
-def test_a_repeat_during_the_run_follows_it_from_its_first_event(
-    server: str, upstream: ChatServer
-):
+def test_a_repeat_during_the_run_follows_it_from_its_first_event(server: str, upstream: ChatServer):
     upstream.script.append(slow_reply(["a", "b", "c", "d", "e"], 0.3))
     headers = {"Idempotency-Key": "during-the-run"}
     api = client(server)
@@ -210,9 +204,7 @@ def test_a_bad_idempotency_key_is_refused(server: str, upstream: ChatServer):
     assert got.json()["error"]["code"] == "invalid_idempotency_key"
 
 
-def test_resume_after_a_disconnect_has_no_gap_and_no_duplicate(
-    server: str, upstream: ChatServer
-):
+def test_resume_after_a_disconnect_has_no_gap_and_no_duplicate(server: str, upstream: ChatServer):
     pieces = [f"w{i} " for i in range(12)]
     upstream.script.append(slow_reply(pieces, 0.1))
     body = {"model": MODEL, "messages": USER, "stream": True}
@@ -244,7 +236,9 @@ def test_resume_after_a_disconnect_has_no_gap_and_no_duplicate(
 
 def test_cancel_stops_the_run(server: str, upstream: ChatServer):
     upstream.script.append(
-        Reply(body=[chunk({"role": "assistant", "content": ""}), chunk({"content": "part"})], hold=30)
+        Reply(
+            body=[chunk({"role": "assistant", "content": ""}), chunk({"content": "part"})], hold=30
+        )
     )
     body = {"model": MODEL, "messages": USER, "stream": True}
     with httpx.stream("POST", server + "/v1/chat/completions", json=body, timeout=30) as got:
@@ -287,12 +281,20 @@ def test_store_true_makes_a_chat_marked_api(server: str, upstream: ChatServer):
     upstream.script += [text_reply("Kept"), text_reply("Not kept")]
     api = client(server)
     api.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Stored question"}], extra_body={"store": True}
+        model=MODEL,
+        messages=[{"role": "user", "content": "Stored question"}],
+        extra_body={"store": True},
     )
-    api.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hidden question"}])
+    api.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hidden question"}]
+    )
     home = parse_html(httpx.get(server + "/", timeout=10).text)
-    listed = {a.norm_text(): a for a in home.find_all("a") if "/chats/" in (a.attrs.get("href") or "")}
+    listed = {
+        a.norm_text(): a for a in home.find_all("a") if "/chats/" in (a.attrs.get("href") or "")
+    }
     assert "Stored question API" in listed
     assert not any("Hidden question" in title for title in listed)
-    page = parse_html(httpx.get(server + listed["Stored question API"].attrs["href"], timeout=10).text)
+    page = parse_html(
+        httpx.get(server + listed["Stored question API"].attrs["href"], timeout=10).text
+    )
     assert "Kept" in page.norm_text()

@@ -143,7 +143,9 @@ def test_the_token_is_a_key_and_a_limit_answers_429(tmp_path: Path, upstream: Ch
             client(base, "wrong-token").models.list()
         api = client(base, "a-secret-token")
         upstream.script.append(
-            Reply(body=[chunk({"role": "assistant", "content": ""}), chunk({"content": "x"})], hold=10)
+            Reply(
+                body=[chunk({"role": "assistant", "content": ""}), chunk({"content": "x"})], hold=10
+            )
         )
         stream = api.chat.completions.create(model=MODEL, messages=USER, stream=True)
         chunks = iter(stream)

@@ -46,7 +46,6 @@ from webapp.web.chat_service import ChatService
 from webapp.web.live.reply import ReplyView
 from webapp.web.live.run_state import RunState
 from webapp.web.view_models import title_from_text
-from webapp.web.views.responses import limit_notice
 
 logger = logging.getLogger("webapp.web.api")
 
@@ -87,7 +86,11 @@ class Ended:
 
     def as_reply(self, run_id: str) -> ReplyView:
         reply = ReplyView(run_id, "failed" if self.error else "completed", self.text)
-        reply.cut_short, reply.usage, reply.error = self.finish_reason == "length", self.usage, self.error
+        reply.cut_short, reply.usage, reply.error = (
+            self.finish_reason == "length",
+            self.usage,
+            self.error,
+        )
         return reply
 
 
@@ -133,19 +136,23 @@ class ApiService:
                 return _same_body(found, request)
         if request.model not in self.model_names():
             raise ApiError(
-                404, f"The model {request.model!r} does not exist here: see GET /v1/models.",
+                404,
+                f"The model {request.model!r} does not exist here: see GET /v1/models.",
                 "model_not_found",
             )
         await self._purge()
-        try:
-            await self.store.admits(owner)
-        except LimitReached as reached:
-            raise ApiError(429, limit_notice(reached), f"{reached.kind}_limit") from None
+        await self.store.admits(owner)  # `LimitReached`: the view answers 429
         run_id = derived_run_id(person, key) if key is not None else new_run_id()
         chat = await self.store.create(owner)
         run = ApiRun(
-            run_id, chat.id, person, key, request.body_hash, request.model,
-            not request.store, time.time(),
+            run_id,
+            chat.id,
+            person,
+            key,
+            request.body_hash,
+            request.model,
+            not request.store,
+            time.time(),
         )
         recorded = await self.store.api_runs.add(run)
         if recorded.chat_id != chat.id:  # the same key, a moment earlier (any process)
@@ -160,10 +167,10 @@ class ApiService:
         try:
             async with self.runs.lock(chat.id):
                 await self.runs.start(chat.id, new, request.text)
-        except LimitReached as reached:  # decided in the database, with the run's record
+        except LimitReached:  # decided in the database, with the run's record
             await self.store.api_runs.forget(run_id)
             await self.store.delete(owner, chat.id, [])
-            raise ApiError(429, limit_notice(reached), f"{reached.kind}_limit") from None
+            raise
         return run
 
     async def find(self, owner: Owner, run_id: str) -> ApiRun:

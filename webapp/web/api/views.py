@@ -20,12 +20,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from webapp.chats.api_access import ApiRun
+from webapp.chats.limits import LimitReached
 from webapp.chats.users import EVERY_CHAT, Owner
 from webapp.web import sse
 from webapp.web.api import wire
 from webapp.web.api.service import ApiService, Ended
 from webapp.web.api.wire import ApiError
 from webapp.web.app_state import web
+from webapp.web.views.responses import limit_notice
 
 API_PREFIX = "/v1/"
 
@@ -87,6 +89,8 @@ async def completions(request: Request) -> Response | sse.RunStream:
         run = await api.start(owner, parsed, key)
     except ApiError as error:
         return error.response()
+    except LimitReached as reached:
+        return ApiError(429, limit_notice(reached), f"{reached.kind}_limit").response()
     headers = {"X-Run-Id": run.run_id}
     if parsed.stream:
         return _streamed(api, run, None, parsed.include_usage, headers)

@@ -266,5 +266,7 @@ def chunk(
 def models_list(names: list[str], created: int) -> dict[str, Any]:
     return {
         "object": "list",
-        "data": [{"id": n, "object": "model", "created": created, "owned_by": "webapp"} for n in names],
+        "data": [
+            {"id": n, "object": "model", "created": created, "owned_by": "webapp"} for n in names
+        ],
     }
