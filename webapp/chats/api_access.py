@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS api_runs (
     hidden INTEGER NOT NULL,
     created_at REAL NOT NULL,
     seen_at REAL NOT NULL,
+    tools TEXT,
     answer TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS api_runs_by_key ON api_runs (person, idempotency_key);
@@ -63,7 +64,9 @@ POSTGRES_SCHEMA = SCHEMA.replace(" REAL", " DOUBLE PRECISION")
 
 KEY_PREFIX = "wa-"
 MAX_LABEL_CHARS = 100
-_RUN_COLUMNS = "run_id, chat_id, person, idempotency_key, body_hash, model, hidden, created_at"
+_RUN_COLUMNS = (
+    "run_id, chat_id, person, idempotency_key, body_hash, model, hidden, created_at, tools"
+)
 
 
 def key_hash(key: str) -> str:
@@ -95,6 +98,7 @@ class ApiRun:
     model: str
     hidden: bool
     created_at: float
+    tools: str | None = None  # the caller's tools, JSON: offered to the model, run by nobody
 
     @property
     def owner(self) -> Owner:
@@ -111,6 +115,7 @@ def _run(row: Any) -> ApiRun:
         str(row[5]),
         bool(row[6]),
         float(row[7]),
+        None if row[8] is None else str(row[8]),
     )
 
 
@@ -196,7 +201,7 @@ class ApiRuns:
                     return found
             added = await tx.execute(
                 f"INSERT INTO api_runs ({_RUN_COLUMNS}, seen_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 (
                     run.run_id,
                     run.chat_id,
@@ -206,6 +211,7 @@ class ApiRuns:
                     run.model,
                     int(run.hidden),
                     run.created_at,
+                    run.tools,
                     run.created_at,
                 ),
             )
@@ -227,6 +233,18 @@ class ApiRuns:
                 (run_id, person),
             )
             return _run(rows[0]) if rows else None
+
+        return await self._db.read(select)
+
+    async def tools_of(self, chat_id: str) -> str | None:
+        """The caller's tools (JSON) of the API run in ``chat_id``; None: no API run's chat."""
+
+        async def select(tx: Tx) -> str | None:
+            rows = await tx.fetch(
+                "SELECT tools FROM api_runs WHERE chat_id = ? ORDER BY created_at LIMIT 1",
+                (chat_id,),
+            )
+            return None if not rows else str(rows[0][0] or "[]")
 
         return await self._db.read(select)
 

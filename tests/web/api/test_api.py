@@ -298,3 +298,69 @@ def test_store_true_makes_a_chat_marked_api(server: str, upstream: ChatServer):
         httpx.get(server + listed["Stored question API"].attrs["href"], timeout=10).text
     )
     assert "Kept" in page.norm_text()
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+def tool_call_reply(call_id: str, name: str, arguments: str) -> Reply:
+    call = {"index": 0, "id": call_id, "type": "function"}
+    return Reply(
+        body=[
+            chunk({"role": "assistant", "content": ""}),
+            chunk({"tool_calls": [{**call, "function": {"name": name, "arguments": ""}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]}),
+            chunk({}, "tool_calls"),
+            usage_chunk(20, 6),
+            sse("[DONE]"),
+        ]
+    )
+
+
+def test_a_tool_call_goes_back_to_the_caller_and_its_result_comes_in(
+    server: str, upstream: ChatServer
+):
+    upstream.script += [
+        tool_call_reply("call_1", "get_weather", '{"city": "Oslo"}'),
+        text_reply("It is sunny in Oslo."),
+    ]
+    api = client(server)
+    asked = [{"role": "user", "content": "Weather in Oslo?"}]
+    answer = api.chat.completions.create(model=MODEL, messages=asked, tools=[WEATHER])
+    choice = answer.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls or []
+    assert (call.id, call.function.name) == ("call_1", "get_weather")
+    assert json.loads(call.function.arguments) == {"city": "Oslo"}
+    offered = upstream.received[0].body["tools"]
+    assert [t["function"]["name"] for t in offered] == ["get_weather"]  # the caller's only
+    followed = [
+        *asked,
+        choice.message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
+    ]
+    final = api.chat.completions.create(model=MODEL, messages=followed, tools=[WEATHER])
+    assert final.choices[0].message.content == "It is sunny in Oslo."
+    sent = upstream.received[1].body["messages"]
+    assert sent[-2]["tool_calls"][0]["id"] == "call_1"
+    assert sent[-1] == {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}
+
+
+def test_a_streamed_tool_call(server: str, upstream: ChatServer):
+    upstream.script.append(tool_call_reply("call_9", "get_weather", '{"city": "Rome"}'))
+    stream = client(server).chat.completions.create(
+        model=MODEL, messages=USER, tools=[WEATHER], stream=True
+    )
+    chunks = [c for c in stream if c.choices]
+    calls = [t for c in chunks for t in (c.choices[0].delta.tool_calls or [])]
+    assert [(t.id, t.function.name, t.function.arguments) for t in calls] == [
+        ("call_9", "get_weather", '{"city": "Rome"}')
+    ]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"

@@ -39,6 +39,7 @@ from webapp.chats.store import ChatStore, NewRun
 from webapp.chats.users import Owner
 from webapp.models.endpoints import ModelRegistry
 from webapp.stores.session import new_run_id
+from webapp.transcript import Entry, UserEntry
 from webapp.usage import Usage
 from webapp.web.api import wire
 from webapp.web.api.wire import ApiError, ApiRequest
@@ -64,33 +65,41 @@ class Ended:
     finish_reason: str
     usage: Usage | None
     error: str | None
+    calls: tuple[tuple[str, str, str], ...] = ()  # the caller's tool calls: id, name, arguments
 
     def to_json(self) -> str:
         usage = self.usage.to_dict() if self.usage is not None else None
         return json.dumps(
-            {"text": self.text, "finish": self.finish_reason, "usage": usage, "error": self.error}
+            {
+                "text": self.text,
+                "finish": self.finish_reason,
+                "usage": usage,
+                "error": self.error,
+                "calls": [list(c) for c in self.calls],
+            }
         )
 
     @classmethod
     def from_json(cls, raw: str) -> Ended:
         data = json.loads(raw)
         usage = Usage.from_dict(data["usage"]) if data.get("usage") else None
-        return cls(str(data["text"]), str(data["finish"]), usage, data.get("error"))
+        calls = tuple((str(c[0]), str(c[1]), str(c[2])) for c in data.get("calls") or ())
+        return cls(str(data["text"]), str(data["finish"]), usage, data.get("error"), calls)
 
     @classmethod
     def of(cls, reply: ReplyView) -> Ended:
         error = None
         if reply.status == "failed":
             error = reply.error or "The run failed."
-        return cls(reply.text, wire.finish_reason(reply), reply.usage, error)
+        calls: tuple[tuple[str, str, str], ...] = ()
+        if reply.status == "waiting":  # it called the caller's tools: theirs to run
+            calls = tuple((c.call_id, c.name, c.arguments) for c in reply.tools if c.output is None)
+        return cls(reply.text, wire.finish_reason(reply), reply.usage, error, calls)
 
     def as_reply(self, run_id: str) -> ReplyView:
         reply = ReplyView(run_id, "failed" if self.error else "completed", self.text)
-        reply.cut_short, reply.usage, reply.error = (
-            self.finish_reason == "length",
-            self.usage,
-            self.error,
-        )
+        reply.cut_short = self.finish_reason == "length"
+        reply.usage, reply.error = self.usage, self.error
         return reply
 
 
@@ -153,6 +162,7 @@ class ApiService:
             request.model,
             not request.store,
             time.time(),
+            json.dumps(request.tools),
         )
         recorded = await self.store.api_runs.add(run)
         if recorded.chat_id != chat.id:  # the same key, a moment earlier (any process)
@@ -163,10 +173,15 @@ class ApiService:
         )
         await self.store.settings.apply(chat.id, settings)
         await self.store.api_runs.seed(chat.id, request.history)
-        new = NewRun(run_id, "send", title=title_from_text(request.text), owner=owner)
+        entries: list[Entry] | None = None
+        text = request.text
+        if text is None:  # after tool results: the history is all of it; no new input
+            text, entries = "", []
+        title = title_from_text(_first_user_text(request))
+        new = NewRun(run_id, "send", title=title, owner=owner)
         try:
             async with self.runs.lock(chat.id):
-                await self.runs.start(chat.id, new, request.text)
+                await self.runs.start(chat.id, new, text, entries=entries)
         except LimitReached:  # decided in the database, with the run's record
             await self.store.api_runs.forget(run_id)
             await self.store.delete(owner, chat.id, [])
@@ -229,6 +244,11 @@ class ApiService:
             yield None, ApiError(502, end.error, "run_failed", "server_error").body()
             return
         had, length = after or 0, len(end.text)
+        for index, call in enumerate(end.calls):
+            if had < length + 1 + index:
+                delta = {"tool_calls": [{"index": index, **wire.tool_calls_json([call])[0]}]}
+                yield length + 1 + index, wire.chunk(run.run_id, created, model, delta)
+        length += len(end.calls)
         if had < length + 1:
             yield length + 1, wire.chunk(run.run_id, created, model, {}, end.finish_reason)
         if include_usage and had < length + 2:
@@ -246,20 +266,28 @@ class ApiService:
         if raw is not None:
             return Ended.from_json(raw)
         state = await self.runs.follow(run.chat_id, run.run_id)
-        if state is not None and state.finished and not state.abandoned:
-            if state.reply.status in ("streaming", "waiting"):
-                return None
-            return await self._keep(run, Ended.of(state.reply))
         if state is not None and not state.abandoned:
-            return state
+            if not state.finished:
+                return state
+            return None if state.reply.status == "streaming" else await self._end(run, state.reply)
         chat = await self.store.get(run.owner, run.chat_id)
-        if chat is None or chat.active_run_id == run.run_id:
-            return None  # in flight: it shows once it starts (or is resumed)
-        shown = await self.chats.stored_reply(run.owner, run.chat_id, run.run_id)
+        if chat is None:
+            return None
+        shown = await self.chats.current_reply(run.owner, run.chat_id, run.run_id)
         reply = getattr(shown, "reply", None)
-        if isinstance(reply, ReplyView):
-            return await self._keep(run, Ended.of(reply))
-        return None
+        if not isinstance(reply, ReplyView) or reply.status == "streaming":
+            return None
+        if chat.active_run_id == run.run_id and reply.status != "waiting":
+            return None  # in flight: it shows once it starts (or is resumed)
+        return await self._end(run, reply)
+
+    async def _end(self, run: ApiRun, reply: ReplyView) -> Ended:
+        """The run's answer, kept; a run that called the caller's tools ends here (it
+        waits for them; the caller's next request brings their results)."""
+        end = await self._keep(run, Ended.of(reply))
+        if reply.status == "waiting":
+            await self.chats.stop(run.owner, run.chat_id, run.run_id)
+        return end
 
     async def _keep(self, run: ApiRun, end: Ended) -> Ended:
         await self.store.api_runs.keep_answer(run.run_id, end.to_json())
@@ -341,6 +369,14 @@ class ApiService:
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
+
+
+def _first_user_text(request: ApiRequest) -> str:
+    for turn in request.history:
+        for entry in turn:
+            if isinstance(entry, UserEntry):
+                return entry.text
+    return request.text or "API request"
 
 
 def _same_body(found: ApiRun, request: ApiRequest) -> ApiRun:

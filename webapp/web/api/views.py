@@ -99,7 +99,8 @@ async def completions(request: Request) -> Response | sse.RunStream:
         return Response(status_code=499)  # the client left; the run goes on (or is stopped)
     if end.error is not None:
         return ApiError(502, end.error, "run_failed", "server_error").response(headers)
-    answer = wire.completion(run.run_id, int(run.created_at), run.model, end.as_reply(run.run_id))
+    reply, calls = end.as_reply(run.run_id), list(end.calls)
+    answer = wire.completion(run.run_id, int(run.created_at), run.model, reply, calls)
     return JSONResponse(answer, headers=headers)
 
 

@@ -22,13 +22,15 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from webapp.transcript import AssistantEntry, Entry, UserEntry
+from webapp.transcript import AssistantEntry, Entry, ToolCallEntry, ToolResultEntry, UserEntry
 from webapp.usage import Usage
 from webapp.web.live.reply import ReplyView
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e][\x20-\x7e]{0,254}")
 _ROLES = ("system", "developer", "user", "assistant", "tool")
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_TOOLS = 128
 
 
 class ApiError(Exception):
@@ -60,8 +62,9 @@ _KINDS = {
 class ApiRequest:
     model: str
     instructions: str  # the system (and developer) messages, joined
-    history: list[list[Entry]]  # the turns before the last user message
-    text: str  # the last user message: the run's input
+    history: list[list[Entry]]  # the turns before the run's input
+    text: str | None  # the last user message, the run's input; None: after tool results
+    tools: list[dict[str, Any]]  # the caller's tools ({name, description, parameters})
     stream: bool
     include_usage: bool
     temperature: float | None
@@ -88,17 +91,19 @@ def parse_request(raw: bytes, max_message_chars: int) -> ApiRequest:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise invalid("'messages' must be a non-empty list.", "invalid_messages")
-    if body.get("tools"):
-        raise invalid(
-            "This server does not yet hand tool calls back to the caller: send no 'tools'.",
-            "tools_unsupported",
-        )
+    tools = _tools(body.get("tools"), body.get("tool_choice"))
     instructions, turns = _conversation(messages, max_message_chars)
-    if not turns or not isinstance(turns[-1][-1], UserEntry) or len(turns[-1]) != 1:
-        raise invalid("The last message must be the user's.", "invalid_messages")
-    last = turns.pop()[0]
-    if not isinstance(last, UserEntry) or not last.text.strip():
-        raise invalid("The last user message is empty.", "invalid_messages")
+    if not turns:
+        raise invalid("The messages need a user message.", "invalid_messages")
+    text: str | None = None
+    last = turns[-1][-1]
+    if isinstance(last, UserEntry) and len(turns[-1]) == 1:
+        turns.pop()
+        text = last.text
+        if not text.strip():
+            raise invalid("The last user message is empty.", "invalid_messages")
+    elif not isinstance(last, ToolResultEntry):
+        raise invalid("The last message must be the user's, or tool results.", "invalid_messages")
     stream = _flag(body, "stream")
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
@@ -107,7 +112,8 @@ def parse_request(raw: bytes, max_message_chars: int) -> ApiRequest:
         model=model,
         instructions=instructions,
         history=turns,
-        text=last.text,
+        text=text,
+        tools=tools,
         stream=stream,
         include_usage=bool(options.get("include_usage")),
         temperature=_number(body, "temperature", 0.0, 2.0),
@@ -146,10 +152,56 @@ def _conversation(messages: list[Any], limit: int) -> tuple[str, list[list[Entry
         elif role == "user":
             turns.append([UserEntry(text)])
         elif role == "assistant" and turns:
-            turns[-1].append(AssistantEntry(text))
-        elif role == "tool":
-            raise invalid(f"messages[{index}]: tool results are not supported here.")
+            if text:
+                turns[-1].append(AssistantEntry(text))
+            turns[-1].extend(_tool_calls(message.get("tool_calls"), index))
+        elif role == "tool" and turns:
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise invalid(f"messages[{index}] needs its 'tool_call_id'.", "invalid_messages")
+            turns[-1].append(ToolResultEntry(call_id, text))
     return "\n\n".join(s for s in system if s), turns
+
+
+def _tool_calls(calls: Any, index: int) -> list[Entry]:
+    if calls is None:
+        return []
+    found: list[Entry] = []
+    if isinstance(calls, list):
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or not isinstance(call.get("id"), str):
+                break
+            arguments = function.get("arguments") or "{}"
+            if not isinstance(function.get("name"), str) or not isinstance(arguments, str):
+                break
+            found.append(ToolCallEntry(call["id"], function["name"], arguments))
+        else:
+            return found
+    raise invalid(f"messages[{index}].tool_calls are not OpenAI's tool calls.", "invalid_messages")
+
+
+def _tools(tools: Any, choice: Any) -> list[dict[str, Any]]:
+    """The caller's function tools; none when ``tool_choice`` is "none"."""
+    if tools is None or choice == "none":
+        return []
+    if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
+        raise invalid(f"'tools' must be a list of at most {MAX_TOOLS} tools.", "invalid_tools")
+    found = []
+    for index, item in enumerate(tools):
+        function = item.get("function") if isinstance(item, dict) else None
+        if item.get("type") != "function" or not isinstance(function, dict):
+            raise invalid(f"tools[{index}] must be a function tool.", "invalid_tools")
+        name, parameters = function.get("name"), function.get("parameters") or {}
+        if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+            raise invalid(
+                f"tools[{index}] needs a name of 1-64 letters, digits, _ and -.", "invalid_tools"
+            )
+        if not isinstance(parameters, dict):
+            raise invalid(f"tools[{index}].function.parameters must be an object.", "invalid_tools")
+        description = function.get("description") or ""
+        found.append({"name": name, "description": str(description), "parameters": parameters})
+    return found
 
 
 def _text(content: Any, index: int) -> str:
@@ -210,7 +262,15 @@ def completion_id(run_id: str) -> str:
 
 
 def finish_reason(reply: ReplyView) -> str:
+    if reply.status == "waiting":
+        return "tool_calls"
     return "length" if reply.cut_short else "stop"
+
+
+def tool_calls_json(calls: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
+    return [
+        {"id": i, "type": "function", "function": {"name": n, "arguments": a}} for i, n, a in calls
+    ]
 
 
 def usage_json(usage: Usage | None) -> dict[str, int]:
@@ -223,7 +283,17 @@ def usage_json(usage: Usage | None) -> dict[str, int]:
     }
 
 
-def completion(run_id: str, created: int, model: str, reply: ReplyView) -> dict[str, Any]:
+def completion(
+    run_id: str,
+    created: int,
+    model: str,
+    reply: ReplyView,
+    calls: list[tuple[str, str, str]] | None = None,
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": None}
+    if calls:
+        message["tool_calls"] = tool_calls_json(calls)
+        message["content"] = reply.text or None
     return {
         "id": completion_id(run_id),
         "object": "chat.completion",
@@ -232,9 +302,9 @@ def completion(run_id: str, created: int, model: str, reply: ReplyView) -> dict[
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": reply.text, "refusal": None},
+                "message": message,
                 "logprobs": None,
-                "finish_reason": finish_reason(reply),
+                "finish_reason": "tool_calls" if calls else finish_reason(reply),
             }
         ],
         "usage": usage_json(reply.usage),
