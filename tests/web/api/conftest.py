@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,7 +18,6 @@ from chat_server import API_KEY, ChatServer
 from webhelpers import cli_env, free_port, stop_process, wait_serving
 
 MODEL = "default/test-model"
-
 
 
 @pytest.fixture(scope="module")
