@@ -46,6 +46,7 @@ from webapp.web.api.wire import ApiError, ApiRequest
 from webapp.web.chat_service import ChatService
 from webapp.web.live.reply import ReplyView
 from webapp.web.live.run_state import RunState
+from webapp.web.sse import BATCH_WINDOW
 from webapp.web.view_models import title_from_text
 
 logger = logging.getLogger("webapp.web.api")
@@ -216,19 +217,31 @@ class ApiService:
         """(id, text) of the content after position ``after``, then one (id, "") per
         chunk after the content once the run ended: see `chunks`."""
         sent = after or 0
+        loop = asyncio.get_running_loop()
+        sent_at = -1.0  # when the last batch went: at most one per `BATCH_WINDOW`
         async with self.reading(run):
+            found = await self._source(run)
             while True:
-                found = await self._source(run)
-                if found is None:
+                if found is None:  # starting, or resumed after a crash: look again soon
                     await asyncio.sleep(_POLL)
+                    found = await self._source(run)
                     continue
+                if isinstance(found, RunState) and not found.finished:
+                    wait = sent_at + BATCH_WINDOW - loop.time()
+                    if wait > 0:  # deltas that come meanwhile go out as one chunk
+                        await asyncio.sleep(wait)
                 text = found.text if isinstance(found, Ended) else found.reply.text
                 if len(text) > sent:
                     yield len(text), text[sent:]
-                    sent = len(text)
+                    sent, sent_at = len(text), loop.time()
                 if isinstance(found, Ended):
                     return
-                await found.wait_beyond(found.seq, 1.0)
+                if found.finished:  # its end (or, abandoned, its next attempt)
+                    found = await self._source(run)
+                    continue
+                # The same live run from here on: no database read per batch of tokens.
+                seq = found.seq
+                await found.wait_beyond(seq, 1.0)
 
     async def chunks(
         self, run: ApiRun, after: int | None, include_usage: bool
@@ -302,7 +315,8 @@ class ApiService:
         watch starts."""
         run_id = run.run_id
         self._readers[run_id] = self._readers.get(run_id, 0) + 1
-        marker = asyncio.get_running_loop().create_task(self._mark_seen(run_id))
+        fresh = time.time() - run.created_at < _SEEN_EVERY  # its row says seen already
+        marker = asyncio.get_running_loop().create_task(self._mark_seen(run_id, fresh))
         try:
             yield
         finally:
@@ -314,13 +328,15 @@ class ApiService:
                 self._readers.pop(run_id, None)
                 self._watch(run)
 
-    async def _mark_seen(self, run_id: str) -> None:
+    async def _mark_seen(self, run_id: str, fresh: bool) -> None:
         while True:
+            if fresh:  # the row was made seen a moment ago: no write on the way to a token
+                await asyncio.sleep(_SEEN_EVERY)
+            fresh = True
             try:
                 await self.store.api_runs.seen(run_id)
             except Exception:  # a missed mark only brings the orphan watch a little closer
                 logger.warning("run %s: could not mark its reader", run_id, exc_info=True)
-            await asyncio.sleep(_SEEN_EVERY)
 
     def _watch(self, run: ApiRun) -> None:
         if run.run_id in self._watching:
