@@ -15,8 +15,9 @@ called the way a program calls it, on ``/v1/chat/completions``. Measured:
 - a replayed idempotent request: server CPU per repeat of a request whose answer is
   stored (``Idempotency-Key``, not streamed), over ``--replays`` sequential repeats.
 
-``--peer LABEL=URL`` (repeatable) measures another OpenAI-compatible proxy already
-running in front of the same endpoint (its PID given as ``LABEL=URL@PID`` for CPU).
+``--litellm BIN`` also starts LiteLLM's proxy (``litellm[proxy]`` installed in a venv of
+its own, e.g. ``/tmp/litellm-venv/bin/litellm``) in front of the same endpoint and
+measures it the same way.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ from stream import (
 )
 
 MODEL = "default/fake"
+# LiteLLM's proxy insists on a master key; the app (--auth none) needs none.
+MASTER_KEY = "sk-bench-0123456789abcdef0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {MASTER_KEY}"}
 
 
 async def first_token(http: httpx.AsyncClient, url: str, model: str, ask: str) -> float:
@@ -73,7 +77,7 @@ async def streamed_text(http: httpx.AsyncClient, url: str, model: str, ask: str)
 
 async def added_ttft(endpoint: str, api: str, model: str, rounds: int) -> tuple[float, float]:
     direct, through = [], []
-    async with httpx.AsyncClient(timeout=60) as http:
+    async with httpx.AsyncClient(timeout=60, headers=AUTH) as http:
         for i in range(rounds):
             direct.append(await first_token(http, endpoint, "fake", f"id=d{i} tokens=20 rate=0"))
             through.append(await first_token(http, api, model, f"id=a{i} tokens=20 rate=0"))
@@ -81,7 +85,7 @@ async def added_ttft(endpoint: str, api: str, model: str, rounds: int) -> tuple[
 
 
 async def cpu_per_1000(api: str, model: str, pid: int, streams: int) -> float:
-    async with httpx.AsyncClient(timeout=120) as http:
+    async with httpx.AsyncClient(timeout=120, headers=AUTH) as http:
         await streamed_text(http, api, model, "id=warm tokens=50 rate=0")
         before = cpu_seconds(pid)
         texts = await asyncio.gather(
@@ -99,7 +103,7 @@ async def cpu_per_1000(api: str, model: str, pid: int, streams: int) -> float:
 async def replay_cpu(api: str, model: str, pid: int, replays: int) -> float:
     body = {"model": model, "messages": [{"role": "user", "content": "id=r tokens=200 rate=0"}]}
     headers = {"Idempotency-Key": "bench-replay"}
-    async with httpx.AsyncClient(timeout=60) as http:
+    async with httpx.AsyncClient(timeout=60, headers=AUTH) as http:
         first = (await http.post(api, json=body, headers=headers)).json()
         for _ in range(5):  # warm
             await http.post(api, json=body, headers=headers)
@@ -112,12 +116,38 @@ async def replay_cpu(api: str, model: str, pid: int, replays: int) -> float:
     return used / replays
 
 
+def start_litellm(command: str, endpoint_port: int, folder: Path) -> subprocess.Popen[bytes]:
+    config = folder / "litellm.yaml"
+    config.write_text(
+        "model_list:\n  - model_name: fake\n    litellm_params:\n      model: openai/fake\n"
+        f"      api_base: http://127.0.0.1:{endpoint_port}/v1\n      api_key: unused\n"
+        f"general_settings:\n  master_key: {MASTER_KEY}\n"
+    )
+    port = free_port()
+    proc = subprocess.Popen(
+        [command, "--config", str(config), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # it listens before it is ready: ask for its models
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/models", headers=AUTH, timeout=2).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None:
+            raise RuntimeError(f"litellm exited with {proc.returncode}")
+        time.sleep(0.5)
+    raise RuntimeError("litellm did not answer within 120 s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--streams", type=int, default=10)
     parser.add_argument("--replays", type=int, default=300)
-    parser.add_argument("--peer", action="append", default=[], metavar="LABEL=URL@PID")
+    parser.add_argument("--litellm", default="", metavar="BIN", help="LiteLLM's proxy command")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         endpoint_port, port = free_port(), free_port()
@@ -137,15 +167,18 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+        peers: list[subprocess.Popen[bytes]] = []
         try:
             wait_listening(endpoint_port, endpoint, "the fake endpoint")
             wait_listening(port, app, "the app")
             direct_url = f"http://127.0.0.1:{endpoint_port}/v1/chat/completions"
             targets = [("webapp", f"http://127.0.0.1:{port}/v1", MODEL, app.pid)]
-            for spec in args.peer:
-                label, rest = spec.split("=", 1)
-                url, _, pid = rest.partition("@")
-                targets.append((label, url.rstrip("/"), "fake", int(pid) if pid else 0))
+            if args.litellm:
+                peer = start_litellm(args.litellm, endpoint_port, Path(tmp))
+                peers.append(peer)
+                targets.append(
+                    ("litellm", f"http://127.0.0.1:{peer.args[-1]}/v1", "fake", peer.pid)
+                )
             for label, base, model, pid in targets:
                 url = base + "/chat/completions"
                 direct, through = asyncio.run(added_ttft(direct_url, url, model, args.rounds))
@@ -162,8 +195,8 @@ def main() -> None:
                         f"{label}: server CPU per replayed idempotent request {cpu * 1000:.2f} ms"
                     )
         finally:
-            stop(app)
-            stop(endpoint)
+            for proc in (app, *peers, endpoint):
+                stop(proc)
 
 
 if __name__ == "__main__":
