@@ -267,6 +267,18 @@ class ApiRuns:
         sql = "UPDATE api_runs SET seen_at = ? WHERE run_id = ?"
         await self._db.write(lambda tx: tx.execute(sql, (time.time(), run_id)))
 
+    async def unanswered(self, since: float) -> list[ApiRun]:
+        """The runs made since ``since`` that no reader has seen end, each marked seen now
+        (their clients get the orphan time again, counted from now)."""
+
+        async def select(tx: Tx) -> list[ApiRun]:
+            where = "WHERE answer IS NULL AND created_at >= ?"
+            await tx.execute(f"UPDATE api_runs SET seen_at = ? {where}", (time.time(), since))
+            rows = await tx.fetch(f"SELECT {_RUN_COLUMNS} FROM api_runs {where}", (since,))
+            return [_run(r) for r in rows]
+
+        return await self._db.write(select)
+
     async def seen_at(self, run_id: str) -> float | None:
         async def select(tx: Tx) -> float | None:
             rows = await tx.fetch("SELECT seen_at FROM api_runs WHERE run_id = ?", (run_id,))

@@ -444,6 +444,8 @@ def _lifespan(state: WebApp) -> Any:
             else:
                 stack.push_async_callback(keeper.stop)  # first: no renewal during shutdown
                 await keeper.start()  # resumes what no process holds, then keeps leases
+            if state.api is not None:
+                await state.api.watch_owed()  # nobody reads them yet: orphans in time
             yield
 
     return lifespan

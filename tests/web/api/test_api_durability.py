@@ -106,3 +106,21 @@ def test_a_stream_started_on_one_process_resumes_on_the_other(
         ]
         assert whole == ["".join(PIECES)] * 2
     assert len(upstream.received) == 1
+
+
+@pytest.mark.slow
+def test_a_resumed_run_nobody_comes_back_for_is_stopped(tmp_path: Path, upstream: ChatServer):
+    held = Reply(body=[chunk({"role": "assistant", "content": ""}), chunk({"content": "so"})])
+    held.hold = 30
+    upstream.script += [slow_reply(0.1), held]  # the first, then its resume, which hangs
+    db, port, log = tmp_path / "chat.db", free_port(), tmp_path / "server.log"
+    flags = ("--api-orphan-seconds", "1")
+    with serve(db, upstream, *flags, port=port, log=log) as (base, proc):
+        run_id, _, _ = read_some(base)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=5)
+    with serve(db, upstream, *flags, port=port, log=log) as (base, _):
+        assert upstream.disconnected.wait(20)  # the resumed run's model call, given up
+        ended = httpx.get(f"{base}/v1/runs/{run_id}/events", timeout=30)
+        assert events(ended.text)[-1] == (None, "[DONE]")
+    assert len(upstream.received) == 2

@@ -382,6 +382,14 @@ class ApiService:
         if expired:
             await self.store.api_runs.remove([r for r, _, _ in expired])
 
+    async def watch_owed(self) -> int:
+        """At start-up: the API runs this process may have resumed, watched as orphans
+        from now on (a client that comes back within the orphan time keeps its run)."""
+        owed = await self.store.api_runs.unanswered(time.time() - self.keep_seconds)
+        for run in owed:
+            self._watch(run)
+        return len(owed)
+
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
