@@ -4,14 +4,17 @@ on another process of the same PostgreSQL database -- no gap, no duplicate."""
 from __future__ import annotations
 
 import json
+import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
 from chat_server import ChatServer, Reply, chunk, sse, usage_chunk
 from conftest import MODEL, serve
-from webhelpers import free_port
+from webhelpers import cli_env, free_port
 
 PIECES = [f"word{i} " for i in range(30)]
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "Count"}], "stream": True}
@@ -124,3 +127,38 @@ def test_a_resumed_run_nobody_comes_back_for_is_stopped(tmp_path: Path, upstream
         ended = httpx.get(f"{base}/v1/runs/{run_id}/events", timeout=30)
         assert events(ended.text)[-1] == (None, "[DONE]")
     assert len(upstream.received) == 2
+
+
+def test_a_key_revoked_on_one_process_is_refused_at_once_by_the_other(
+    postgres_dsn: str, tmp_path: Path, upstream: ChatServer
+):
+    made = subprocess.run(
+        [sys.executable, "-m", "webapp", "users", "add", "carol", "--password-stdin"]
+        + ["--db", postgres_dsn],
+        input="correct horse battery staple",
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=60,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    flags = ("--auth", "password")
+    with (
+        serve(postgres_dsn, upstream, *flags, log=tmp_path / "a.log") as (first, _),
+        serve(postgres_dsn, upstream, *flags, log=tmp_path / "b.log") as (second, _),
+        httpx.Client(base_url=first, timeout=20) as browser,
+    ):
+        signed = browser.post(
+            "/login", data={"name": "carol", "password": "correct horse battery staple"}
+        )
+        assert signed.status_code == 303
+        page = browser.post("/api-keys", data={"label": "laptop"}).text
+        key = re.search(r'<code id="new-key" data-key>([^<]+)</code>', page).group(1)  # type: ignore[union-attr]
+        bearer = {"Authorization": f"Bearer {key}"}
+        assert httpx.get(second + "/v1/models", headers=bearer).status_code == 200
+        key_id = re.search(r'data-key-id="([0-9a-f]+)"', page).group(1)  # type: ignore[union-attr]
+        assert browser.post(f"/api-keys/{key_id}/revoke").status_code == 303
+        refused = httpx.get(second + "/v1/models", headers=bearer)
+        assert refused.status_code == 401
+        assert refused.json()["error"]["code"] == "invalid_api_key"
