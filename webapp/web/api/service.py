@@ -202,16 +202,13 @@ class ApiService:
     # --- reading -------------------------------------------------------------------
 
     async def ended(self, run: ApiRun) -> Ended:
-        """Wait for the run's end; its answer."""
-        async with self.reading(run):
-            while True:
-                found = await self._source(run)
-                if isinstance(found, Ended):
-                    return found
-                if found is None:
-                    await asyncio.sleep(_POLL)
-                else:
-                    await found.wait_beyond(found.seq, 1.0)
+        """Wait for the run's end (reading it like a stream); its answer."""
+        async for _ in self.stream(run, None):
+            pass
+        raw = await self.store.api_runs.answer(run.run_id)
+        if raw is None:  # its record went meanwhile (expired): say so, as a failure
+            return Ended("", "stop", None, "The run's record is gone; send the request again.")
+        return Ended.from_json(raw)
 
     async def stream(self, run: ApiRun, after: int | None) -> AsyncIterator[tuple[int, str]]:
         """(id, text) of the content after position ``after``, then one (id, "") per
@@ -269,6 +266,7 @@ class ApiService:
         yield None, "[DONE]"
 
     async def _stored_end(self, run: ApiRun) -> Ended:
+        """The answer of a run `stream` saw end (kept by then)."""
         raw = await self.store.api_runs.answer(run.run_id)
         return Ended.from_json(raw) if raw is not None else await self.ended(run)
 
