@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
@@ -364,3 +366,27 @@ def test_a_streamed_tool_call(server: str, upstream: ChatServer):
         ("call_9", "get_weather", '{"city": "Rome"}')
     ]
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_an_idempotency_key_expires_with_its_hidden_chat(tmp_path: Path, upstream: ChatServer):
+    upstream.script += [text_reply("First"), text_reply("Other"), text_reply("Second")]
+    db = tmp_path / "chat.db"
+    flags = ("--idempotency-hours", "0.0003")  # about a second
+    with serve(db, upstream, *flags, log=tmp_path / "server.log") as (base, _):
+        api = client(base)
+        headers = {"Idempotency-Key": "short-lived"}
+        first = api.chat.completions.create(model=MODEL, messages=USER, extra_headers=headers)
+        time.sleep(1.5)
+        api.chat.completions.create(model=MODEL, messages=USER)  # a start: expired ones go
+
+        def chats() -> int:
+            with sqlite3.connect(db) as conn:
+                return int(conn.execute("SELECT count(*) FROM chats").fetchone()[0])
+
+        deadline = time.monotonic() + 10
+        while chats() != 1:
+            assert time.monotonic() < deadline, "the expired hidden chat stayed"
+            time.sleep(0.1)
+        again = api.chat.completions.create(model=MODEL, messages=USER, extra_headers=headers)
+    assert again.id != first.id and again.choices[0].message.content == "Second"
+    assert len(upstream.received) == 3

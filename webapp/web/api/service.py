@@ -104,9 +104,12 @@ class Ended:
         return reply
 
 
-def derived_run_id(person: str, key: str) -> str:
-    """The run id of a person's idempotency key: one run per person and key."""
-    return hashlib.sha256(f"api\0{person}\0{key}".encode()).hexdigest()[:32]
+def derived_run_id(person: str, key: str, period: int) -> str:
+    """The run id of a person's idempotency key. One run per person and key is the
+    unique index's to decide (`ApiRuns.add`); ``period`` (the keeping time's, counted
+    since 1970) makes the key used again after it expired a run of its own, whose id
+    never meets the old run's, which a stored chat keeps."""
+    return hashlib.sha256(f"api\0{person}\0{key}\0{period}".encode()).hexdigest()[:32]
 
 
 class ApiService:
@@ -150,9 +153,10 @@ class ApiService:
                 f"The model {request.model!r} does not exist here: see GET /v1/models.",
                 "model_not_found",
             )
-        await self._purge()
+        self._purge_now()
         await self.store.admits(owner)  # `LimitReached`: the view answers 429
-        run_id = derived_run_id(person, key) if key is not None else new_run_id()
+        period = int(time.time() // self.keep_seconds)
+        run_id = derived_run_id(person, key, period) if key is not None else new_run_id()
         chat = await self.store.create(owner)
         run = ApiRun(
             run_id,
@@ -366,13 +370,25 @@ class ApiService:
         finally:
             self._watching.discard(run.run_id)
 
-    async def _purge(self) -> None:
-        """Idempotency records older than ``keep_seconds`` go, with their hidden chats
-        (at most once a minute, on a start)."""
+    def _purge_now(self) -> None:
+        """Start `_purge` in the background, at most once a minute (or a quarter of the
+        keeping time, if shorter) on a start: a request never waits for it."""
         now = time.time()
-        if now - self._purged < 60.0:
+        if now - self._purged < min(60.0, self.keep_seconds / 4):
             return
         self._purged = now
+        task = asyncio.get_running_loop().create_task(self._purge(now))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _purge(self, now: float) -> None:
+        """Idempotency records older than ``keep_seconds`` go, with their hidden chats."""
+        try:
+            await self._expire(now)
+        except Exception:  # the next start tries again
+            logger.exception("could not remove expired API runs")
+
+    async def _expire(self, now: float) -> None:
         expired = await self.store.api_runs.expired(now - self.keep_seconds)
         for run_id, chat_id, hidden in expired:
             if hidden:
