@@ -77,6 +77,16 @@ def at_least_one(value: str) -> int:
     return number
 
 
+def positive_seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {value!r}")
+    return number
+
+
 def lease_seconds(value: str) -> float:
     try:
         number = float(value)
@@ -273,6 +283,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(env WEBAPP_LEASE_SECONDS; default 10)",
     )
     parser.add_argument(
+        "--api-orphan-seconds",
+        type=positive_seconds,
+        default=env("WEBAPP_API_ORPHAN_SECONDS") or "30",
+        metavar="SECONDS",
+        help="an API run that every client has left is stopped after this long "
+        "(env WEBAPP_API_ORPHAN_SECONDS; default 30)",
+    )
+    parser.add_argument(
+        "--idempotency-hours",
+        type=positive_seconds,
+        default=env("WEBAPP_IDEMPOTENCY_HOURS") or "24",
+        metavar="HOURS",
+        help="how long an API request's Idempotency-Key names its run "
+        "(env WEBAPP_IDEMPOTENCY_HOURS; default 24)",
+    )
+    parser.add_argument(
         "--log-level",
         default=env("WEBAPP_LOG_LEVEL") or "info",
         choices=LOG_LEVELS,
@@ -417,7 +443,8 @@ def _new_password(args: argparse.Namespace) -> str:
 
 
 def users_command(argv: Sequence[str]) -> int:
-    """`python -m webapp users add|list|remove|set-password`: the accounts of --auth password."""
+    """`python -m webapp users add|list|remove|set-password|api-key`: the accounts of
+    --auth password, and people's API keys."""
     import asyncio
 
     parser = argparse.ArgumentParser(
@@ -435,7 +462,10 @@ def users_command(argv: Sequence[str]) -> int:
     remove = commands.add_parser("remove", help="delete an account and all its chats")
     remove.add_argument("name", help="user name")
     shown = commands.add_parser("list", help="list the accounts")
-    for sub in (add, setter, remove, shown):
+    key = commands.add_parser("api-key", help="make an API key for a user (printed once)")
+    key.add_argument("name", help="user name (any name when the database has no accounts)")
+    key.add_argument("label", help="the key's name, as the API keys page lists it")
+    for sub in (add, setter, remove, shown, key):
         _db_argument(sub)
     args = parser.parse_args(argv)
     try:
@@ -450,7 +480,7 @@ def users_command(argv: Sequence[str]) -> int:
 async def _users(args: argparse.Namespace) -> str:
     from webapp.chats.passwords import hash_password_async
     from webapp.chats.store import ChatStore
-    from webapp.chats.users import user_name
+    from webapp.chats.users import EVERY_CHAT, user_name
 
     async with ChatStore(args.db) as store:
         users = store.users
@@ -462,6 +492,12 @@ async def _users(args: argparse.Namespace) -> str:
             return "\n".join(lines) or "webapp users: no accounts yet"
         name = user_name(args.name)
         found = await users.find(name)
+        if args.command == "api-key":
+            if found is None and await users.everyone():
+                raise ValueError(f"there is no user named {name!r}")
+            owner = found.owner if found is not None else EVERY_CHAT
+            _, made = await store.api_keys.create(owner, args.label)
+            return made
         if args.command == "add":
             if found is not None:
                 raise ValueError(f"there is already a user named {name!r}")
@@ -556,6 +592,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             metrics_token=args.metrics_token,
             access_log=args.access_log,
             db_pool_size=args.db_pool_size,
+            api_orphan_seconds=args.api_orphan_seconds,
+            idempotency_hours=args.idempotency_hours,
         )
     except ValueError as exc:
         print(f"webapp: {exc}", file=sys.stderr)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from webapp.chats import file_format, tool_approvals
@@ -48,6 +48,7 @@ class Chat:
     active_run_id: str | None = None
     stop_requested_run_id: str | None = None
     continues_run_id: str | None = None  # the reply the active run continues
+    from_api: bool = False  # a program made it through the API (SPEC §16); read by `recent`
 
     @property
     def display_title(self) -> str:
@@ -115,12 +116,20 @@ class ChatLibrary:
 
     async def recent(self, owner: Owner, limit: int = 200) -> list[Chat]:
         """Most recently updated first."""
-        where = "WHERE user_id = ? " if owner.user_id is not None else ""
+        where = "AND user_id = ? " if owner.user_id is not None else ""
         params = (owner.user_id,) if owner.user_id is not None else ()
-        sql = f"SELECT {CHAT_COLUMNS} FROM chats {where}ORDER BY updated_at DESC, id LIMIT ?"
+        # A program's conversation is listed when it asked to store it ("API"), and
+        # kept out of the list otherwise (webapp.chats.api_access).
+        sql = (
+            f"SELECT {CHAT_COLUMNS}, (SELECT MIN(a.hidden) FROM api_runs a "
+            "WHERE a.chat_id = chats.id) AS api FROM chats "
+            "WHERE NOT EXISTS (SELECT 1 FROM api_runs h WHERE h.chat_id = chats.id "
+            f"AND h.hidden = 1) {where}ORDER BY updated_at DESC, id LIMIT ?"
+        )
 
         async def select(tx: Tx) -> list[Chat]:
-            return [chat_from_row(r) for r in await tx.fetch(sql, (*params, limit))]
+            rows = await tx.fetch(sql, (*params, limit))
+            return [replace(chat_from_row(r), from_api=r[7] is not None) for r in rows]
 
         return await self._store.read(select)
 

@@ -26,11 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Self
 
+from webapp.chats import api_access, tool_approvals
 from webapp.chats import limits as chat_limits
 from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
 from webapp.chats import settings as chat_settings
-from webapp.chats import tool_approvals
 from webapp.chats import tree as chat_tree
 from webapp.chats import users as chat_users
 from webapp.chats.db import CLUSTER_TABLES, POSTGRES_STORES, SQLITE_STORES, Tx, open_chat_db
@@ -163,7 +163,7 @@ class ChatStore(ChatLibrary):
     """
 
     SCHEMA_NAME = "webapp_chats"
-    SCHEMA_VERSION = 12
+    SCHEMA_VERSION = 13
     SCHEMA_SQL = (
         SQLITE_STORES
         + _SCHEMA
@@ -172,6 +172,7 @@ class ChatStore(ChatLibrary):
         + _SETTINGS
         + tool_approvals.SCHEMA
         + chat_users.SQLITE_SCHEMA
+        + api_access.SCHEMA
     )
     MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: "CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);",
@@ -191,9 +192,10 @@ class ChatStore(ChatLibrary):
         # People: every chat gets an owner; accounts, sessions, failed sign-ins.
         10: chat_users.SQLITE_SCHEMA,
         11: streamed.TABLE_SQL,  # the streamed text of a turn in flight
+        12: api_access.SCHEMA,  # the API's keys and the runs programs started (SPEC §16)
     }
     # PostgreSQL started with everything above but run_inputs (its own numbering).
-    POSTGRES_SCHEMA_VERSION = 9
+    POSTGRES_SCHEMA_VERSION = 10
     POSTGRES_MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: _RUN_INPUTS,
         2: chat_search_pg.SCHEMA + chat_search_pg.REBUILD,  # no text holds the markers
@@ -203,6 +205,7 @@ class ChatStore(ChatLibrary):
         6: chat_users.POSTGRES_SCHEMA,
         7: chat_settings.POSTGRES_BIGINT_USAGE,  # usage past 2^31 fits (SPEC §17)
         8: streamed.TABLE_SQL,  # the streamed text of a turn in flight
+        9: api_access.POSTGRES_SCHEMA,  # the API's keys and runs (SPEC §16)
     }
     POSTGRES_SCHEMA_SQL = (
         POSTGRES_STORES
@@ -214,6 +217,7 @@ class ChatStore(ChatLibrary):
         + chat_settings.POSTGRES_RUN_SCHEMA
         + tool_approvals.POSTGRES_SCHEMA
         + chat_users.POSTGRES_SCHEMA
+        + api_access.POSTGRES_SCHEMA
     )
 
     def __init__(
@@ -239,6 +243,8 @@ class ChatStore(ChatLibrary):
         self.settings = chat_settings.SettingsStore(self._store)
         self.approvals = tool_approvals.ToolApprovals(self._store)
         self.users = Users(self._store, throttle)
+        self.api_keys = api_access.ApiKeys(self._store)
+        self.api_runs = api_access.ApiRuns(self._store)
         self.limits = limits or Limits()
 
     async def close(self) -> None:

@@ -21,6 +21,7 @@ from webapp.mcp_servers import McpServers
 from webapp.models.long_results import CutLongResults
 from webapp.runtime.agent import Agent
 from webapp.runtime.tool import Tool
+from webapp.web.api.caller_tools import caller_tools
 from webapp.web.chat_models import ChatModels
 
 
@@ -47,6 +48,9 @@ class ChatAgents:
         """The agent for a run of ``chat_id``, as of now."""
         granted = await self.store.approvals.grants(chat_id)
         offered = [*self.base.tools, *(self.servers.tools() if self.servers else [])]
+        brought = await self.store.api_runs.tools_of(chat_id)
+        if brought is not None:  # a program's chat: its own tools only (SPEC §16)
+            offered = caller_tools(brought)
         tools = [
             replace(t, approval="allow") if t.approval == "ask" and t.name in granted else t
             for t in offered

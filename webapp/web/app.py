@@ -53,6 +53,8 @@ from webapp.stores.sqlite_checkpoint import SQLiteCheckpointer
 from webapp.stores.sqlite_session import SQLiteSession
 from webapp.tools import calculator, current_time
 from webapp.web.agents import ChatAgents
+from webapp.web.api.service import ApiService
+from webapp.web.api.views import api_routes
 from webapp.web.app_state import WebApp
 from webapp.web.assets import STATIC_DIR, TEMPLATES_DIR
 from webapp.web.auth import (
@@ -74,7 +76,17 @@ from webapp.web.metrics import Metrics
 from webapp.web.operations import Health, Operations
 from webapp.web.security import SecurityMiddleware
 from webapp.web.templating import Templates, by_name
-from webapp.web.views import accounts, admin, chat_files, chats, messages, search, stream, tools
+from webapp.web.views import (
+    accounts,
+    admin,
+    api_keys,
+    chat_files,
+    chats,
+    messages,
+    search,
+    stream,
+    tools,
+)
 from webapp.web.views import models as model_views
 from webapp.web.views import operations as operation_views
 from webapp.web.views.responses import ERROR_TITLES, http_exception
@@ -177,6 +189,15 @@ def routes(
         ),
         # For administrators (a --metrics-token bearer is answered before the app).
         Route("/metrics", operation_views.metrics, methods=["GET"], name="metrics"),
+        Route("/api-keys", api_keys.keys_page, methods=["GET"], name="api_keys"),
+        Route("/api-keys", api_keys.create_key, methods=["POST"], name="create_api_key"),
+        Route(
+            "/api-keys/{key_id}/revoke",
+            api_keys.revoke_key,
+            methods=["POST"],
+            name="revoke_api_key",
+        ),
+        *api_routes(),
         *account_routes(auth or AuthSettings()),
         Mount("/static", StaticFiles(directory=static_dir), name="static"),
     ]
@@ -226,6 +247,8 @@ def create_app(
     metrics_token: str | None = None,
     access_log: bool = False,
     db_pool_size: int = DEFAULT_POOL_SIZE,
+    api_orphan_seconds: float = 30.0,
+    idempotency_hours: float = 24.0,
 ) -> Starlette:
     """The chat app over one SQLite file, or a PostgreSQL database (``db_path`` a
     ``postgresql://`` URL) shared with other processes.
@@ -254,7 +277,11 @@ def create_app(
     ``access_log``: one log line per request (SPEC §17, `webapp.web.operations`).
     ``db_pool_size``: on PostgreSQL, the most connections this process opens
     (`webapp.db_pools`).
+    ``api_orphan_seconds``: an API run every client has left is stopped after this long;
+    ``idempotency_hours``: how long an ``Idempotency-Key`` names its run (SPEC §16).
     """
+    if api_orphan_seconds <= 0 or idempotency_hours <= 0:
+        raise ValueError("api_orphan_seconds and idempotency_hours must be more than 0")
     lease = LeaseTimes(lease_seconds) if lease_seconds is not None else LeaseTimes()
     body_timeout()  # WEBAPP_BODY_TIMEOUT read now: a bad value stops the app at start
     if max_message_chars < 1:
@@ -298,7 +325,15 @@ def create_app(
         config or AppConfig(),
         lease,
     )
-    state = dataclasses.replace(state, auth=auth)
+    api = ApiService(
+        chats=state.chats,
+        store=store,
+        models=models,
+        token=token,
+        orphan_seconds=api_orphan_seconds,
+        idempotency_hours=idempotency_hours,
+    )
+    state = dataclasses.replace(state, auth=auth, api=api)
     app.state.web = state
     app.router.lifespan_context = _lifespan(state)
 
@@ -425,6 +460,8 @@ def _lifespan(state: WebApp) -> Any:
             stack.push_async_callback(state.checkpointer.close)  # type: ignore[attr-defined]
             stack.push_async_callback(state.session.close)  # type: ignore[attr-defined]
             stack.push_async_callback(state.store.close)
+            if state.api is not None:
+                stack.push_async_callback(state.api.close)
             swept = await state.store.sweep()
             if swept:
                 logger.warning("removed %d rows of deleted chats left by an earlier process", swept)
@@ -444,6 +481,8 @@ def _lifespan(state: WebApp) -> Any:
             else:
                 stack.push_async_callback(keeper.stop)  # first: no renewal during shutdown
                 await keeper.start()  # resumes what no process holds, then keeps leases
+            if state.api is not None:
+                await state.api.watch_owed()  # nobody reads them yet: orphans in time
             state.health.started = True  # /readyz: ready once the database answers too
             try:
                 async with state.health.metrics.sampling_loop_lag():

@@ -65,7 +65,8 @@ class Gate:
             await self.app(scope, receive, send)
 
     def _open(self, path: str) -> bool:
-        return path.startswith("/static/") or path in self.open_paths
+        # /v1/: the API, where the key in the request says who asks (webapp.web.api).
+        return path.startswith(("/static/", "/v1/")) or path in self.open_paths
 
     def _anonymous(self, request: Request) -> Response:
         if self.settings.mode == "header":

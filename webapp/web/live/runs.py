@@ -204,6 +204,7 @@ class RunManager:
         *,
         continues: ReplyView | None = None,
         page: int | None = None,
+        entries: list[Entry] | None = None,
     ) -> tuple[RunState, Begun]:
         """Record ``new`` in the chat and, once that is committed, start it (chat lock
         held, no run active). Returns the run, with the chat as its record left it and,
@@ -211,7 +212,9 @@ class RunManager:
         (`ChatStore.begin_run`).
 
         A continuation (``continues``: the reply it goes on with) runs with no
-        input; its text streams into that reply.
+        input; its text streams into that reply. ``entries``: the run's input as
+        entries instead of ``text`` (``[]``: none, the session's history is the whole
+        request -- an API request that brings tool results).
         """
         # The input and the agent's model go with the run's record, committed before the
         # run starts: a crash before the run's first checkpoint restarts it from there
@@ -230,7 +233,8 @@ class RunManager:
         state.agent = agent
         # Not deleted on success: `end_run` drops the checkpoint with the chat's own update.
         options = CheckpointOptions(self.checkpointer, new.run_id, if_run_exists="fail")
-        self.launch(state, [] if continues is not None else text, options, self.session)
+        given: str | list[Entry] = text if entries is None else entries
+        self.launch(state, [] if continues is not None else given, options, self.session)
         return state, begun
 
     def continuing(
