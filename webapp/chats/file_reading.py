@@ -109,7 +109,8 @@ def read_pdf(data: bytes, max_pages: int) -> tuple[str, ...]:
             raise Unreadable(f"the PDF has {count:,} pages; the limit is {max_pages:,}")
         if count == 0:
             raise Unreadable("the PDF has no pages")
-        return tuple(page.extract_text() or "" for page in reader.pages)
+        # NUL is no text a database column takes (PostgreSQL refuses it).
+        return tuple((page.extract_text() or "").replace("\x00", "") for page in reader.pages)
     except Unreadable:
         raise
     except (PyPdfError, ValueError, TypeError, KeyError, AttributeError, IndexError,
@@ -145,7 +146,7 @@ def read_docx(data: bytes) -> str:
     for table in document.tables:
         for row in table.rows:
             lines.append("\t".join(cell.text for cell in row.cells))
-    return "\n".join(lines)
+    return "\n".join(lines).replace("\x00", "")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ webapp.chats.file_worker``, the file on its stdin, its text as JSON on its
 stdout) that limits its own address space (`MEMORY_LIMIT`) before it reads a
 byte, and is killed when it has not answered within ``time_limit`` seconds.
 The app awaits the child like any other I/O; the JSON is decoded in a thread.
-An image needs no parsing (its first bytes are its type) and is not sent.
+An image needs no parsing (its first bytes are its type) and text only
+decoding (in a thread): neither goes to a child.
 """
 
 from __future__ import annotations
@@ -51,8 +52,12 @@ class FileReader:
     async def read(self, data: bytes, max_pdf_pages: int) -> ReadResult:
         """The file's hash, type, text and chunks; `Unreadable` when it cannot be taken."""
         digest = await asyncio.to_thread(_sha256, data)
-        if sniff(data) in IMAGE_TYPES:
+        kind = sniff(data)
+        if kind in IMAGE_TYPES:
             return ReadResult(digest, read_file(data, max_pdf_pages), ())
+        if kind is None:  # text: decoding is linear and bounded by the size limit
+            found, pieces = await asyncio.to_thread(_read_here, data)
+            return ReadResult(digest, found, pieces)
         async with self._slots:
             output = await self._run(data, max_pdf_pages)
         found, pieces = await asyncio.to_thread(_decode, output)
@@ -80,6 +85,11 @@ class FileReader:
         if process.returncode != 0 or not output:
             raise Unreadable("reading it needed more memory than a file may take")
         return output
+
+
+def _read_here(data: bytes) -> tuple[FileText, tuple[Chunk, ...]]:
+    found = read_file(data, 0)
+    return found, tuple(chunks(found))
 
 
 def _sha256(data: bytes) -> str:

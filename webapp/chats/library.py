@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from webapp.chats import file_format, tool_approvals
+from webapp.chats import attachments, file_format, tool_approvals
 from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
 from webapp.chats.db import ChatDatabase, Dialect, Tx
@@ -29,7 +29,14 @@ CHAT_COLUMNS = (
 # What a run in flight resumes from, dropped with it: its checkpoint, the input it
 # was started with (`begin_run` writes it with the run, before the run's first
 # checkpoint can exist), and whether it waits for a tool approval.
-CHECKPOINT_TABLES = ("checkpoint_heads", "checkpoint_entries", "run_inputs", "paused_runs")
+# (and the attachments it was started with).
+CHECKPOINT_TABLES = (
+    "checkpoint_heads",
+    "checkpoint_entries",
+    "run_inputs",
+    "paused_runs",
+    "run_files",
+)
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,7 @@ async def _remove_chat(tx: Tx, chat_id: str, run_ids: list[str]) -> bool:
     await tx.execute("DELETE FROM chat_runs WHERE chat_id = ?", (chat_id,))
     await tx.execute("DELETE FROM sends WHERE chat_id = ?", (chat_id,))
     await tool_approvals.forget_chat(tx, chat_id)
+    await attachments.forget_chat(tx, chat_id)
     return await tx.execute("DELETE FROM chats WHERE id = ?", (chat_id,)) > 0
 
 

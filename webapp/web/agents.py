@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from webapp.chats.store import ChatStore
 from webapp.mcp_servers import McpServers
+from webapp.models.attached import FileContents, WithAttachments
 from webapp.models.long_results import CutLongResults
 from webapp.runtime.agent import Agent
 from webapp.runtime.tool import Tool
@@ -33,11 +34,13 @@ class ChatAgents:
         servers: McpServers | None,
         chats: ChatStore,
         models: ChatModels | None = None,
+        files: FileContents | None = None,
     ) -> None:
         self.base = base
         self.servers = servers  # None: no config file, or one with no MCP servers
         self.chats = chats
         self.models = models  # the chat's model and instructions (None: the base agent's)
+        self.files = files  # what a user message's attachments hold, for the model
 
     @property
     def builtin_tools(self) -> Sequence[Tool]:
@@ -55,4 +58,6 @@ class ChatAgents:
         if self.models is not None:
             agent = await self.models.apply(agent, chat_id)
         model = CutLongResults(agent.model) if agent.model is not None else None
+        if model is not None and self.files is not None:
+            model = WithAttachments(model, self.files)  # images and documents, as sent (§14)
         return replace(agent, model=model)

@@ -34,6 +34,8 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from webapp.chats.db import is_postgres
 from webapp.chats.limits import Limits
+from webapp.chats.file_context import FileContext
+from webapp.chats.intake import AttachmentLimits, Intake
 from webapp.chats.store import ChatStore
 from webapp.chats.users import ThrottlePolicy
 from webapp.config import AppConfig
@@ -213,6 +215,7 @@ def create_app(
     templates_dir: str | os.PathLike[str] = TEMPLATES_DIR,
     static_dir: str | os.PathLike[str] = STATIC_DIR,
     config: AppConfig | None = None,
+    attachments: AttachmentLimits | None = None,
 ) -> Starlette:
     """The chat app over one SQLite file, or a PostgreSQL database (``db_path`` a
     ``postgresql://`` URL) shared with other processes.
@@ -232,6 +235,8 @@ def create_app(
     ``allowed_hosts``: host names the Host header may carry (None: any).
     ``templates_dir`` / ``static_dir``: default to the installed templates and static
     files, or the checkout's (see `webapp.web.assets`).
+    ``attachments``: the limits on attached files and on how much of their text a
+    model is sent (`webapp.chats.intake.AttachmentLimits`; the defaults without it).
     ``config``: the config file's settings (`webapp.config.load_config`): its MCP servers
     are started with the app, and their tools offered to every chat (SPEC §11).
     """
@@ -270,6 +275,7 @@ def create_app(
         secrets,
         max_turns,
         config or AppConfig(),
+        attachments or AttachmentLimits(),
     )
     state = dataclasses.replace(state, auth=auth)
     app.state.web = state
@@ -315,6 +321,7 @@ def _build_state(
     redact: Sequence[str],
     max_turns: int,
     config: AppConfig,
+    attachment_limits: AttachmentLimits,
 ) -> WebApp:
     """Every part, built bottom-up in one pass: stores, fragments, runs, chat operations."""
     secrets = [s for s in redact if s]
@@ -337,7 +344,8 @@ def _build_state(
     fragments = Fragments(templates)
     chat_models = ChatModels(store=store, registry=models, agent=agent)
     servers = McpServers(config.mcp_servers) if config.mcp_servers else None
-    agents = ChatAgents(agent, servers, store, chat_models)
+    files = FileContext(store.files, attachment_limits.context_chars)
+    agents = ChatAgents(agent, servers, store, chat_models, files)
     runs = RunManager(
         agent=agent,
         agent_for=agents.chat_agent,  # its tools, grants, model and instructions
@@ -362,6 +370,7 @@ def _build_state(
         max_message_chars=max_message_chars,
         model_description=models.description() if models.names() else agent.name,
         models=chat_models,
+        intake=Intake(store.files, attachment_limits),
     )
 
 

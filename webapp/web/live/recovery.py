@@ -23,7 +23,7 @@ from webapp.runtime.options import CheckpointOptions
 from webapp.stores.checkpoint import RunSnapshot
 from webapp.transcript import Entry, drop_dangling_tool_calls
 from webapp.web.live.followers import publish_start
-from webapp.web.live.run_state import RunState
+from webapp.web.live.run_state import RunState, run_input
 from webapp.web.view_models import ReplyView, reply_from_entries, split_run
 
 if TYPE_CHECKING:
@@ -99,6 +99,7 @@ class Recovery:
                 # The crash came before the run's first checkpoint: start it again.
                 logger.info("chat %s: restarting run %s from its input", chat_id, run_id)
                 state = runs.new_state(chat_id, run_id, text, ReplyView(run_id), epoch)
+                state.input_attachments = await runs.chats.files.run_attachments(run_id)
                 state.from_input = True
                 state.agent = await runs.agent_for(chat_id)
                 return state
@@ -156,7 +157,7 @@ class Recovery:
             await publish_start(runs.cluster, state)
         if state.from_input:  # it never saved a checkpoint: it starts from its input again
             options = CheckpointOptions(runs.checkpointer, state.run_id, if_run_exists="fail")
-            runs.launch(state, state.input_text, options, runs.session)
+            runs.launch(state, run_input(state), options, runs.session)
             return
         options = CheckpointOptions(runs.checkpointer, state.run_id, if_run_exists="resume_only")
         runs.launch(state, [], options, runs.session)

@@ -14,6 +14,7 @@ from typing import NamedTuple
 from webapp.events import TerminalEvent
 from webapp.runtime.agent import Agent
 from webapp.runtime.run_handle import RunHandle
+from webapp.transcript import Attachment, Entry, UserEntry
 from webapp.web.view_models import ReplyView
 
 
@@ -55,6 +56,7 @@ class RunState:
     from_input: bool = False  # restarted from its input: it never saved a checkpoint
     fresh_text: bool = True  # the next text delta starts a new model turn
     fresh_reasoning: bool = True
+    input_attachments: tuple[Attachment, ...] = ()  # the files its message brought (§14)
     _waiters: set[asyncio.Future[None]] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -110,3 +112,10 @@ class RunState:
 def _release(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+def run_input(state: RunState) -> str | list[Entry]:
+    """What a run starts from: the user's text, with the files it brought (SPEC §14)."""
+    if state.input_attachments:
+        return [UserEntry(state.input_text, state.input_attachments)]
+    return state.input_text

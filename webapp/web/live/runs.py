@@ -65,7 +65,7 @@ from webapp.web.live.chat_locks import ChatLocks
 from webapp.web.live.cluster import Cluster
 from webapp.web.live.followers import Followers, publish_start, reply_to_json
 from webapp.web.live.recovery import Recovery
-from webapp.web.live.run_state import RunState
+from webapp.web.live.run_state import RunState, run_input
 from webapp.web.view_models import (
     ReplyStatus,
     ReplyView,
@@ -212,9 +212,10 @@ class RunManager:
             await self.cluster.claim(state.run_id, chat_id, state.epoch)
             await publish_start(self.cluster, state)
         state.agent = agent
+        state.input_attachments = new.attachments if continues is None else ()
         # Not deleted on success: `end_run` drops the checkpoint with the chat's own update.
         options = CheckpointOptions(self.checkpointer, new.run_id, if_run_exists="fail")
-        self.launch(state, [] if continues is not None else text, options, self.session)
+        self.launch(state, [] if continues is not None else run_input(state), options, self.session)
         return state, begun
 
     def continuing(
@@ -393,7 +394,7 @@ class RunManager:
             meta = {"status": "failed", "error": self.redact(str(error) or type(error).__name__)}
         if state.continues is None and (not entries or not isinstance(entries[0], UserEntry)):
             # Refused before its first save: keep the user's message anyway.
-            entries = [UserEntry(state.input_text), *entries]
+            entries = [UserEntry(state.input_text, state.input_attachments), *entries]
         kept = await self.keep_ended(chat_id, run_id, entries, meta, state.continues)
         status: ReplyStatus = "stopped" if isinstance(event, RunCancelled) else "failed"
         return reply_from_entries(state.continues or run_id, kept[1:], status, meta=meta)
@@ -551,3 +552,4 @@ class RunManager:
             _, pending = await asyncio.wait(tasks, timeout=timeout)
             for task in pending:
                 task.cancel()
+
