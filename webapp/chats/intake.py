@@ -90,18 +90,17 @@ class Intake:
         self.limits = limits or AttachmentLimits()
         self.reader = reader or FileReader()
 
-    async def take(
-        self, uploads: Sequence[Upload], kept: Sequence[Attachment] = ()
-    ) -> Taken:
+    async def take(self, uploads: Sequence[Upload], kept: Sequence[Attachment] = ()) -> Taken:
         """The message's attachments (``kept`` first, then ``uploads``) and the new files."""
+        return await self.combine(kept, await self.read(uploads, len(kept)))
+
+    async def read(self, uploads: Sequence[Upload], kept: int = 0) -> list[NewFile]:
+        """Each upload checked against the limits (``kept`` files already go with the
+        message), then read; `AttachmentRefused` for the first that cannot be taken."""
         limits = self.limits
-        if not uploads and not kept:
-            return Taken()
-        if len(uploads) + len(kept) > limits.max_files:
-            name = uploads[min(limits.max_files - len(kept), len(uploads) - 1)].name
-            raise AttachmentRefused(
-                name, f"a message takes at most {limits.max_files} files"
-            )
+        if len(uploads) + kept > limits.max_files:
+            name = uploads[max(min(limits.max_files - kept, len(uploads) - 1), 0)].name
+            raise AttachmentRefused(name, f"a message takes at most {limits.max_files} files")
         for upload in uploads:
             _check_name(upload.name)
             if len(upload.data) > limits.max_bytes:
@@ -111,24 +110,27 @@ class Intake:
                 )
             if not upload.data:
                 raise AttachmentRefused(upload.name, "it is empty")
-        results = await asyncio.gather(
-            *(self._read(u) for u in uploads), return_exceptions=True
-        )
-        new: list[NewFile] = []
-        for upload, result in zip(uploads, results, strict=True):
+        results = await asyncio.gather(*(self._read(u) for u in uploads), return_exceptions=True)
+        for result in results:
             if isinstance(result, BaseException):
                 raise result
-            new.append(result)
-        sizes = await self.files.text_sizes([a.id for a in kept if a.media_type not in IMAGE_TYPES])
+        return [r for r in results if isinstance(r, NewFile)]
+
+    async def combine(self, kept: Sequence[Attachment], new: Sequence[NewFile]) -> Taken:
+        """``kept`` and ``new`` as one message's attachments, each document's ``context``
+        set: "whole" when all their text fits the budget, "excerpts" otherwise."""
+        if not kept and not new:
+            return Taken()
+        documents = [a.id for a in kept if a.media_type not in IMAGE_TYPES]
+        sizes = await self.files.text_sizes(documents) if documents else {}
         total = sum(sizes.values()) + sum(len(f.text) for f in new if f.text is not None)
-        context = "whole" if total <= limits.context_chars else "excerpts"
-        every = [*kept, *(f.attachment for f in new)]
-        attachments = tuple(
-            a if a.media_type in IMAGE_TYPES else replace(a, context=context) for a in every
-        )
-        return Taken(attachments, tuple(replace(f, attachment=replace(
-            f.attachment, context=attachments[len(kept) + i].context
-        )) for i, f in enumerate(new)))  # fmt: skip
+        context = "whole" if total <= self.limits.context_chars else "excerpts"
+
+        def placed(a: Attachment) -> Attachment:
+            return a if a.media_type in IMAGE_TYPES else replace(a, context=context)
+
+        files = tuple(replace(f, attachment=placed(f.attachment)) for f in new)
+        return Taken(tuple(placed(a) for a in kept) + tuple(f.attachment for f in files), files)
 
     async def _read(self, upload: Upload) -> NewFile:
         try:

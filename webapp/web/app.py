@@ -70,7 +70,17 @@ from webapp.web.live.lease_keeper import LeaseKeeper
 from webapp.web.live.runs import RunManager
 from webapp.web.security import SecurityMiddleware
 from webapp.web.templating import Templates, by_name
-from webapp.web.views import accounts, admin, chat_files, chats, messages, search, stream, tools
+from webapp.web.views import (
+    accounts,
+    admin,
+    attachments,
+    chat_files,
+    chats,
+    messages,
+    search,
+    stream,
+    tools,
+)
 from webapp.web.views import models as model_views
 from webapp.web.views.responses import ERROR_TITLES, http_exception
 
@@ -151,6 +161,12 @@ def routes(
             name="export_json",
         ),
         Route(
+            "/chats/{chat_id}/files/{file_id}",
+            attachments.download,
+            methods=["GET"],
+            name="attachment",
+        ),
+        Route(
             "/chats/{chat_id}/delete", chats.delete_confirm, methods=["GET"], name="delete_confirm"
         ),
         Route("/chats/{chat_id}/delete", chats.delete, methods=["POST"], name="delete"),
@@ -215,7 +231,7 @@ def create_app(
     templates_dir: str | os.PathLike[str] = TEMPLATES_DIR,
     static_dir: str | os.PathLike[str] = STATIC_DIR,
     config: AppConfig | None = None,
-    attachments: AttachmentLimits | None = None,
+    attachment_limits: AttachmentLimits | None = None,
 ) -> Starlette:
     """The chat app over one SQLite file, or a PostgreSQL database (``db_path`` a
     ``postgresql://`` URL) shared with other processes.
@@ -235,7 +251,7 @@ def create_app(
     ``allowed_hosts``: host names the Host header may carry (None: any).
     ``templates_dir`` / ``static_dir``: default to the installed templates and static
     files, or the checkout's (see `webapp.web.assets`).
-    ``attachments``: the limits on attached files and on how much of their text a
+    ``attachment_limits``: the limits on attached files and on how much of their text a
     model is sent (`webapp.chats.intake.AttachmentLimits`; the defaults without it).
     ``config``: the config file's settings (`webapp.config.load_config`): its MCP servers
     are started with the app, and their tools offered to every chat (SPEC §11).
@@ -275,7 +291,7 @@ def create_app(
         secrets,
         max_turns,
         config or AppConfig(),
-        attachments or AttachmentLimits(),
+        attachment_limits or AttachmentLimits(),
     )
     state = dataclasses.replace(state, auth=auth)
     app.state.web = state

@@ -27,6 +27,7 @@ from webapp.transcript import (
     ReasoningEntry,
     ToolCallEntry,
     ToolResultEntry,
+    Attachment,
     UserEntry,
 )
 from webapp.usage import Usage
@@ -165,6 +166,7 @@ class UserView:
     run_id: str  # the run whose input this message is: the Edit key
     text: str
     versions: Versions | None = None  # set when the message has more than one version
+    attachments: tuple[Attachment, ...] = ()  # the files it brought (SPEC §14)
     kind = "user"
 
 
@@ -257,7 +259,7 @@ def items_from_segments(
         user, rest = split_run(seg.entries)
         if user is not None:
             message = versions.of_message(seg.run_id) if versions else None
-            items.append(UserView(seg.run_id, user.text, message))
+            items.append(UserView(seg.run_id, user.text, message, user.attachments))
         status = status_from_meta(seg.meta)
         if rest or status != "completed" or user is not None:
             reply = reply_from_entries(seg.run_id, rest, status, meta=seg.meta)

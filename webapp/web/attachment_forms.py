@@ -1,0 +1,118 @@
+"""A message form that brings files: the composer's and the edit form's **Attach files**.
+
+Sent as ``multipart/form-data`` (a plain form does that without JavaScript;
+htmx with ``hx-encoding``), with the message's fields, any number of parts
+in ``files`` and, in the edit form, a ``keep`` value per attachment still
+checked. The body is bounded as a whole (the text's limit plus one more file
+than a message takes, each at the file limit) and each file on its own, so
+the 11th file and a file over the limit reach `webapp.chats.intake`, which
+refuses them by name. A form without files is read as every other form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.datastructures import Headers, UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import Request
+
+from webapp.chats.intake import AttachmentLimits, Upload
+from webapp.chats.text import message_text
+from webapp.web.forms import (
+    _CLIENT_ID,
+    FormError,
+    MessageForm,
+    _once,
+    _read_body,
+    _too_large,
+    _unreadable,
+    _utf8,
+    byte_limit,
+    message_from_fields,
+    read_fields,
+)
+
+FILES_FIELD = "files"
+
+
+@dataclass(frozen=True)
+class MessageWithFiles:
+    message: MessageForm | None  # None: the form has no ``text`` field (a new, empty chat)
+    uploads: list[Upload]
+    keep: frozenset[str] | None  # the names of the attachments kept (None: the form has none)
+    fields: dict[str, str]
+
+    def required(self) -> MessageForm:
+        if self.message is None:
+            raise FormError(400, "The form has no 'text' field; reload the page and retry.")
+        return self.message
+
+
+async def read_message_with_files(
+    request: Request, max_chars: int, limits: AttachmentLimits
+) -> MessageWithFiles:
+    """The message, its uploads and the names it keeps; FormError when unusable. A
+    message with files may have no text."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type != "multipart/form-data":
+        fields = await read_fields(request, byte_limit(max_chars))
+        message = message_from_fields(fields, max_chars) if "text" in fields else None
+        return MessageWithFiles(message, [], None, fields)
+    max_bytes = byte_limit(max_chars) + (limits.max_files + 1) * (limits.max_bytes + 1)
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
+        raise FormError(413, _too_large(max_bytes))
+    body = await _read_body(request, max_bytes)
+    # Declared Latin-1, every field and file name is its bytes one for one; _utf8
+    # decodes them strictly (see webapp.web.forms._multipart).
+    parser = MultiPartParser(
+        Headers({"content-type": request.headers.get("content-type", "") + "; charset=latin-1"}),
+        _once(body),
+        max_files=limits.max_files + 1,
+        max_fields=50 + limits.max_files,
+        max_part_size=byte_limit(max_chars),
+    )
+    try:
+        form = await parser.parse()
+    except MultiPartException as exc:
+        raise FormError(400, _unreadable(exc)) from None
+    fields: dict[str, str] = {}
+    uploads: list[Upload] = []
+    keep: set[str] | None = None
+    for key, value in form.multi_items():
+        if isinstance(value, UploadFile):
+            try:
+                data = await value.read(limits.max_bytes + 1)
+            finally:
+                await value.close()
+            name = _utf8(value.filename or "")
+            if key == FILES_FIELD and (name or data):
+                uploads.append(Upload(name, data))
+            continue
+        key, text = _utf8(key), _utf8(value)
+        if key == "keep":
+            keep = (keep or set()) | {text}
+        elif key == "keep_listed":
+            keep = keep or set()
+        else:
+            fields.setdefault(key, text)
+    message = _message(fields, max_chars, bool(uploads or keep)) if "text" in fields else None
+    return MessageWithFiles(message, uploads, _frozen(keep), fields)
+
+
+def _message(fields: dict[str, str], max_chars: int, with_files: bool) -> MessageForm:
+    try:
+        return message_from_fields(fields, max_chars)
+    except FormError as exc:
+        text = message_text(fields.get("text", ""))
+        if not with_files or text.strip() or "text" not in fields or exc.status != 400:
+            raise
+        client_id = fields.get("client_id") or None
+        if client_id is not None and not _CLIENT_ID.match(client_id):
+            raise
+        return MessageForm("", client_id)  # the files are the message
+
+
+def _frozen(keep: set[str] | None) -> frozenset[str] | None:
+    return None if keep is None else frozenset(keep)
