@@ -4,6 +4,8 @@ refused by name when hostile, found by search, freed with the chat."""
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -253,3 +255,47 @@ async def test_search_finds_words_inside_documents_and_delete_frees_them(
     assert after["attachment_files"] == 1  # the shared file stays with the other chat
     assert await client.web.chats.search(EVERY_CHAT, "porcupine") == []
     assert [h.chat_id for h in await client.web.chats.search(EVERY_CHAT, "marmalade")] == [kept]
+
+
+async def test_export_carries_the_bytes_and_import_restores_them(web_client_factory: MakeClient):
+    client = await web_client_factory(offline_delay=0)
+    chat_id = await client.new_chat()
+    await send(client, chat_id, "Keep this", ("report.txt", b"the report's text"), ("p.png", PNG))
+    await client.wait_idle(chat_id)
+    markdown = (await client.http.get(f"/chats/{chat_id}/export.md")).text
+    assert "*Attached: report.txt*" in markdown and "*Attached: p.png*" in markdown
+    exported = await client.http.get(f"/chats/{chat_id}/export.json")
+    document = exported.json()
+    assert sorted((f["name"], base64.b64decode(f["data"])) for f in document["files"]) == [
+        ("p.png", PNG),
+        ("report.txt", b"the report's text"),
+    ]
+    await client.http.post(f"/chats/{chat_id}/delete")
+    assert (await counts(client))["attachment_files"] == 0
+    imported = await client.http.post(
+        "/chats/import", files={"file": ("c.json", exported.content, "application/json")}
+    )
+    assert imported.status_code == 303, imported.text
+    new_id = imported.headers["location"].rsplit("/", 1)[1]
+    shown = messages(await client.page(new_id))[0].find_all(data_role="attachment")
+    assert [n.attrs["data-name"] for n in shown] == ["report.txt", "p.png"]
+    download = await client.http.get(str(shown[0].find("a").attrs["href"]))
+    assert download.content == b"the report's text"
+    # A file that would be refused as an upload is refused in an import too.
+    for item in document["files"]:
+        if item["name"] == "report.txt":
+            bad = "caf\u00e9".encode("latin-1")
+            item["data"] = base64.b64encode(bad).decode()
+            item["id"] = hashlib.sha256(bad).hexdigest()
+    for run in document["runs"]:
+        for attachment in run["entries"][0].get("attachments", []):
+            if attachment["name"] == "report.txt":
+                attachment["id"] = hashlib.sha256("caf\u00e9".encode("latin-1")).hexdigest()
+    before = await counts(client)
+    refused = await client.http.post(
+        "/chats/import",
+        files={"file": ("c.json", json.dumps(document).encode(), "application/json")},
+    )
+    assert refused.status_code == 400
+    assert "report.txt" in refused.text and "not UTF-8" in refused.text
+    assert await counts(client) == before

@@ -104,6 +104,7 @@ class StoredFile:
     name: str
     media_type: str
     data: bytes
+    id: str = ""
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,17 @@ async def store_files(
     files: Sequence[NewFile],
 ) -> None:
     """The message's files (new ones stored, known ones only linked) and the run's list."""
+    await store_new(tx, files)
+    await link(tx, chat_id, attachments)
+    if attachments:
+        await tx.execute(
+            "INSERT INTO run_files (run_id, attachments) VALUES (?, ?)",
+            (run_id, encode_attachments(attachments)),
+        )
+
+
+async def store_new(tx: Tx, files: Sequence[NewFile]) -> None:
+    """Each file's row and chunks, unless its content is stored already."""
     for new in files:
         file = new.attachment
         added = await tx.execute(
@@ -142,12 +154,6 @@ async def store_files(
                 "INSERT INTO attachment_chunks (file_id, seq, page, text) VALUES (?, ?, ?, ?)",
                 [(file.id, c.seq, c.page, c.text) for c in new.chunks],
             )
-    await link(tx, chat_id, attachments)
-    if attachments:
-        await tx.execute(
-            "INSERT INTO run_files (run_id, attachments) VALUES (?, ?)",
-            (run_id, encode_attachments(attachments)),
-        )
 
 
 async def link(tx: Tx, chat_id: str, attachments: Iterable[Attachment]) -> None:
@@ -226,14 +232,15 @@ async def owned_file(tx: Tx, owner: Owner, chat_id: str, file_id: str) -> Stored
     return StoredFile(str(name), str(media_type), bytes(data))
 
 
-async def chat_files(tx: Tx, chat_id: str) -> list[tuple[str, str, bytes]]:
-    """Every file the chat holds: (id, media type, bytes), for its export."""
+async def chat_files(tx: Tx, chat_id: str) -> list[StoredFile]:
+    """Every file the chat holds (one name of each), for its export."""
     rows = await tx.fetch(
-        "SELECT DISTINCT f.id, f.media_type, f.data FROM message_files m "
-        "JOIN attachment_files f ON f.id = m.file_id WHERE m.chat_id = ? ORDER BY f.id",
-        (chat_id,),
+        "SELECT f.id, (SELECT MIN(m.name) FROM message_files m WHERE m.chat_id = ? "
+        "AND m.file_id = f.id), f.media_type, f.data FROM attachment_files f WHERE f.id IN "
+        "(SELECT file_id FROM message_files WHERE chat_id = ?) ORDER BY f.id",
+        (chat_id, chat_id),
     )
-    return [(str(i), str(t), bytes(d)) for i, t, d in rows]
+    return [StoredFile(str(n), str(t), bytes(d), str(i)) for i, n, t, d in rows]
 
 
 def excerpt_query(text: str, dialect: str) -> str | None:

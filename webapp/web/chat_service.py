@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from webapp.chats import file_format
 from webapp.chats.attachments import NewFile
 from webapp.chats.file_format import ChatFile, ChatFileError
-from webapp.chats.intake import Intake, Taken
+from webapp.chats.intake import AttachmentRefused, Intake, Taken, Upload
 from webapp.chats.limits import LimitReached
 from webapp.chats.search import SearchHit
 from webapp.chats.settings import ChatSettings
@@ -418,7 +418,7 @@ class ChatService:
         return await self.store.export(owner, chat_id)
 
     async def import_chat(
-        self, owner: Owner, data: bytes, *, max_message_chars: int
+        self, owner: Owner, data: bytes, *, max_message_chars: int, intake: Intake | None = None
     ) -> Imported | BadChatFile:
         """A new chat from an exported JSON file; nothing is written unless all of it is
         valid. Reading 10 MB of JSON takes a second or more: it runs in a worker thread,
@@ -429,7 +429,16 @@ class ChatService:
             )
         except ChatFileError as exc:
             return BadChatFile(str(exc))
-        chat = await self.store.get(owner, await self.store.import_chat(owner, parsed))
+        files: list[NewFile] = []
+        if parsed.files and intake is not None:
+            try:  # under the limits of an upload, each file on its own
+                for file in parsed.files:
+                    files += await intake.read([Upload(file.name, file.data)])
+            except AttachmentRefused as exc:
+                return BadChatFile(str(exc))
+        elif parsed.files:
+            return BadChatFile("this app takes no attached files")
+        chat = await self.store.get(owner, await self.store.import_chat(owner, parsed, files))
         if chat is None:
             raise RuntimeError("an imported chat vanished before it could be shown")
         return Imported(chat)

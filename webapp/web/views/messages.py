@@ -96,7 +96,7 @@ async def send(request: Request) -> Response:
     try:
         attached = await read_with_files(request)
         form = attached.required()
-        if await app.chats.get(owner_of(request), chat_id) is None:
+        if attached.uploads and await app.chats.get(owner_of(request), chat_id) is None:
             return await refuse(request, 404, NO_CHAT)  # read no file for a chat not there
         taken = await take(request, attached)
     except FormError as exc:
@@ -134,7 +134,7 @@ async def edit(request: Request) -> Response:
     try:
         attached = await read_with_files(request)
         form = attached.required()
-        if await app.chats.get(owner_of(request), chat_id) is None:
+        if attached.uploads and await app.chats.get(owner_of(request), chat_id) is None:
             return await refuse(request, 404, NO_CHAT)
         added = (await take(request, attached)).files
     except FormError as exc:
