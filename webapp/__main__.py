@@ -76,6 +76,16 @@ def at_least_one(value: str) -> int:
     return number
 
 
+def positive_number(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number above 0, got {value!r}")
+    return number
+
+
 @dataclass(frozen=True)
 class Machine:
     """This machine's own host names and addresses, as a Host header may carry them."""
@@ -256,6 +266,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="N",
         help="tokens (in + out) one person's replies may use per UTC day "
         "(env WEBAPP_MAX_TOKENS_PER_DAY)",
+    )
+    parser.add_argument(
+        "--max-attachment-mb",
+        type=positive_number,
+        default=env("WEBAPP_MAX_ATTACHMENT_MB") or "20",
+        metavar="MB",
+        help="the largest file a message may attach (env WEBAPP_MAX_ATTACHMENT_MB; default 20)",
+    )
+    parser.add_argument(
+        "--max-pdf-pages",
+        type=at_least_one,
+        default=env("WEBAPP_MAX_PDF_PAGES") or "2000",
+        metavar="N",
+        help="the most pages an attached PDF may have (env WEBAPP_MAX_PDF_PAGES; default 2000)",
+    )
+    parser.add_argument(
+        "--attachment-context-chars",
+        type=at_least_one,
+        default=env("WEBAPP_ATTACHMENT_CONTEXT_CHARS") or "60000",
+        metavar="N",
+        help="a message's documents go to the model whole up to this many characters, as "
+        "their most relevant excerpts beyond (env WEBAPP_ATTACHMENT_CONTEXT_CHARS; "
+        "default 60000)",
     )
     parser.add_argument(
         "--log-level",
@@ -470,6 +503,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.log_level)
 
+    from webapp.chats.intake import AttachmentLimits
     from webapp.chats.limits import Limits
     from webapp.config import ConfigError, load_config
     from webapp.models.endpoints import ModelRegistry
@@ -501,6 +535,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             config=config,
             auth=AuthSettings(args.auth, args.auth_header, tuple(args.trusted_proxies)),
             limits=Limits(args.max_runs_per_user, args.max_tokens_per_day),
+            attachment_limits=AttachmentLimits(
+                max_mb=args.max_attachment_mb,
+                max_pdf_pages=args.max_pdf_pages,
+                context_chars=args.attachment_context_chars,
+            ),
         )
     except ValueError as exc:
         print(f"webapp: {exc}", file=sys.stderr)

@@ -49,9 +49,7 @@ def files(*items: tuple[str, bytes]) -> list[tuple[str, tuple[str, bytes, str]]]
     return [("files", (name, data, "application/octet-stream")) for name, data in items]
 
 
-async def send(
-    client: WebClient, chat_id: str, text: str, *attached: tuple[str, bytes]
-) -> Any:
+async def send(client: WebClient, chat_id: str, text: str, *attached: tuple[str, bytes]) -> Any:
     return await client.http.post(
         f"/chats/{chat_id}/messages", data={"text": text}, files=files(*attached)
     )
@@ -185,7 +183,11 @@ def parse(text: str) -> Any:
 
 HOSTILE = {
     "too large": ("big.txt", b"x" * (1024 * 1024 + 1), "the limit is 1 MB"),
-    "an executable named .png": ("cat.png", b"\x7fELF\x02\x01\x01\x00" + bytes(200), "not an image"),
+    "an executable named .png": (
+        "cat.png",
+        b"\x7fELF\x02\x01\x01\x00" + bytes(200),
+        "not an image",
+    ),
     "an encrypted PDF": ("secret.pdf", pdf(["hidden"], password="pw"), "encrypted"),
     "a corrupt PDF": ("broken.pdf", b"%PDF-1.7\n1 0 obj << /Type /Catalog", "damaged"),
     "too many pages": ("long.pdf", pdf(["a", "b", "c"]), "3 pages; the limit is 2"),

@@ -176,7 +176,9 @@ async def copy_links(tx: Tx, from_chat: str, to_chat: str) -> None:
 
 async def forget_chat(tx: Tx, chat_id: str) -> None:
     """Take the chat's links out, and the files no other chat still holds."""
-    rows = await tx.fetch("SELECT DISTINCT file_id FROM message_files WHERE chat_id = ?", (chat_id,))
+    rows = await tx.fetch(
+        "SELECT DISTINCT file_id FROM message_files WHERE chat_id = ?", (chat_id,)
+    )
     await tx.execute("DELETE FROM message_files WHERE chat_id = ?", (chat_id,))
     for (file_id,) in rows:
         if await tx.fetch("SELECT 1 FROM message_files WHERE file_id = ? LIMIT 1", (file_id,)):
@@ -260,16 +262,14 @@ def query_words_all(text: str) -> list[str]:
 
 
 def _words(text: str) -> list[str]:
-    from webapp.chats.search import _WORD  # the index's idea of a word, one place
-
     import unicodedata
+
+    from webapp.chats.search import _WORD  # the index's idea of a word, one place
 
     return _WORD.findall(unicodedata.normalize("NFC", text))
 
 
-async def excerpts(
-    tx: Tx, file_ids: Sequence[str], message: str, budget: int
-) -> list[Excerpt]:
+async def excerpts(tx: Tx, file_ids: Sequence[str], message: str, budget: int) -> list[Excerpt]:
     """The chunks of ``file_ids`` most relevant to ``message`` that fit ``budget``
     characters, in document order; a chunk matching none of its words is left out."""
     query = excerpt_query(message, tx.dialect)
@@ -358,7 +358,9 @@ def _around(text: str, words: list[str]) -> str:
 def _mark(text: str, word: str) -> str:
     import re
 
-    return re.sub(re.escape(word), lambda m: "\ue000" + m.group(0) + "\ue001", text, flags=re.I)
+    return re.sub(
+        re.escape(word), lambda m: "\ue000" + m.group(0) + "\ue001", text, flags=re.IGNORECASE
+    )
 
 
 class FileStore:

@@ -173,7 +173,9 @@ def _pieces(text: str, size: int) -> Iterator[str]:
     while start < end:
         stop = min(start + size, end)
         if stop < end:
-            cut = max(text.rfind("\n", start + size // 2, stop), text.rfind(" ", start + size // 2, stop))
+            cut = max(
+                text.rfind("\n", start + size // 2, stop), text.rfind(" ", start + size // 2, stop)
+            )
             if cut > start:
                 stop = cut + 1
         piece = text[start:stop].strip()

@@ -13,7 +13,6 @@ leaves no row behind.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -44,18 +43,6 @@ class AttachmentLimits:
     def max_bytes(self) -> int:
         return int(self.max_mb * 1024 * 1024)
 
-    @staticmethod
-    def from_env(environ: dict[str, str] | None = None) -> AttachmentLimits:
-        """The limits the ``WEBAPP_`` variables set (the defaults where unset)."""
-        env = os.environ if environ is None else environ
-        default = AttachmentLimits()
-        return AttachmentLimits(
-            float(env.get("WEBAPP_MAX_ATTACHMENT_MB", default.max_mb)),
-            default.max_files,
-            int(env.get("WEBAPP_MAX_PDF_PAGES", default.max_pdf_pages)),
-            int(env.get("WEBAPP_ATTACHMENT_CONTEXT_CHARS", default.context_chars)),
-        )
-
 
 @dataclass(frozen=True)
 class Upload:
@@ -84,7 +71,10 @@ class Intake:
     """Reads uploads under ``limits``; ``files`` tells the size of documents kept."""
 
     def __init__(
-        self, files: FileStore, limits: AttachmentLimits | None = None, reader: FileReader | None = None
+        self,
+        files: FileStore,
+        limits: AttachmentLimits | None = None,
+        reader: FileReader | None = None,
     ) -> None:
         self.files = files
         self.limits = limits or AttachmentLimits()
@@ -151,4 +141,6 @@ def _check_name(name: str) -> None:
             name[:60] + "…", f"its name is longer than {MAX_NAME_CHARS} characters"
         )
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
-        raise AttachmentRefused(name.encode("unicode_escape").decode(), "its name holds control characters")
+        raise AttachmentRefused(
+            name.encode("unicode_escape").decode(), "its name holds control characters"
+        )

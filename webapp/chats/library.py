@@ -173,7 +173,12 @@ class ChatLibrary:
             await attachments.link(
                 tx,
                 chat_id,
-                [a for run in chat.runs for e in run.entries for a in getattr(e, "attachments", ())],
+                [
+                    a
+                    for run in chat.runs
+                    for e in run.entries
+                    for a in getattr(e, "attachments", ())
+                ],
             )
             await tx.execute("UPDATE chats SET user_id = ? WHERE id = ?", (owner.user_id, chat_id))
             return chat_id

@@ -26,15 +26,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Self
 
-from webapp.chats import attachments
-from webapp.chats.attachments import NewFile
+from webapp.chats import attachments, tool_approvals
 from webapp.chats import limits as chat_limits
 from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
 from webapp.chats import settings as chat_settings
-from webapp.chats import tool_approvals
 from webapp.chats import tree as chat_tree
 from webapp.chats import users as chat_users
+from webapp.chats.attachments import NewFile
 from webapp.chats.db import CLUSTER_TABLES, POSTGRES_STORES, SQLITE_STORES, Tx, open_chat_db
 from webapp.chats.library import CHAT_COLUMNS as _COLUMNS
 from webapp.chats.library import CHECKPOINT_TABLES as _CHECKPOINT_TABLES

@@ -31,8 +31,8 @@ import httpx
 
 from webapp.config import EndpointConfig, PresetConfig
 from webapp.errors import ModelError
-from webapp.models.config import describe_model, model_from_settings
 from webapp.models.attached import WithAttachments
+from webapp.models.config import describe_model, model_from_settings
 from webapp.models.long_results import CutLongResults
 from webapp.models.offline import OfflineModel
 from webapp.models.openai_chat import OpenAIChatModel

@@ -21,6 +21,7 @@ from webapp.mcp_servers import McpServers
 from webapp.models.attached import FileContents, WithAttachments
 from webapp.models.long_results import CutLongResults
 from webapp.runtime.agent import Agent
+from webapp.runtime.model import Model
 from webapp.runtime.tool import Tool
 from webapp.web.chat_models import ChatModels
 
@@ -57,7 +58,7 @@ class ChatAgents:
         agent = replace(self.base, tools=tools)
         if self.models is not None:
             agent = await self.models.apply(agent, chat_id)
-        model = CutLongResults(agent.model) if agent.model is not None else None
+        model: Model | None = CutLongResults(agent.model) if agent.model is not None else None
         if model is not None and self.files is not None:
             model = WithAttachments(model, self.files)  # images and documents, as sent (§14)
         return replace(agent, model=model)

@@ -33,9 +33,9 @@ from starlette.staticfiles import StaticFiles
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from webapp.chats.db import is_postgres
-from webapp.chats.limits import Limits
 from webapp.chats.file_context import FileContext
 from webapp.chats.intake import AttachmentLimits, Intake
+from webapp.chats.limits import Limits
 from webapp.chats.store import ChatStore
 from webapp.chats.users import ThrottlePolicy
 from webapp.config import AppConfig

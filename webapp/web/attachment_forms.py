@@ -17,8 +17,9 @@ from starlette.datastructures import Headers, UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 
-from webapp.chats.intake import AttachmentLimits, Upload
+from webapp.chats.intake import AttachmentLimits, AttachmentRefused, Intake, Taken, Upload
 from webapp.chats.text import message_text
+from webapp.web.app_state import web
 from webapp.web.forms import (
     _CLIENT_ID,
     FormError,
@@ -56,9 +57,9 @@ async def read_message_with_files(
     message with files may have no text."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "multipart/form-data":
-        fields = await read_fields(request, byte_limit(max_chars))
-        message = message_from_fields(fields, max_chars) if "text" in fields else None
-        return MessageWithFiles(message, [], None, fields)
+        plain = await read_fields(request, byte_limit(max_chars))
+        message = message_from_fields(plain, max_chars) if "text" in plain else None
+        return MessageWithFiles(message, [], None, plain)
     max_bytes = byte_limit(max_chars) + (limits.max_files + 1) * (limits.max_bytes + 1)
     declared = request.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
@@ -116,3 +117,28 @@ def _message(fields: dict[str, str], max_chars: int, with_files: bool) -> Messag
 
 def _frozen(keep: set[str] | None) -> frozenset[str] | None:
     return None if keep is None else frozenset(keep)
+
+
+def intake_of(request: Request) -> Intake:
+    intake = web(request).intake
+    if intake is None:
+        raise RuntimeError("the app was built without an attachment intake (create_app)")
+    return intake
+
+
+async def read_with_files(request: Request) -> MessageWithFiles:
+    """The message form and its uploads, under the app's limits (FormError if unusable)."""
+    limits = web(request).intake
+    return await read_message_with_files(
+        request, web(request).max_message_chars, limits.limits if limits else AttachmentLimits()
+    )
+
+
+async def take(request: Request, form: MessageWithFiles) -> Taken:
+    """The uploads read; FormError 400 naming the file that cannot be attached."""
+    if not form.uploads:
+        return Taken()
+    try:
+        return await intake_of(request).take(form.uploads)
+    except AttachmentRefused as exc:
+        raise FormError(400, str(exc), draft=form.message.text if form.message else "") from None

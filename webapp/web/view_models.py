@@ -23,11 +23,11 @@ from webapp.chats.tree import PathVersions, Versions
 from webapp.stores.session import Segment
 from webapp.transcript import (
     AssistantEntry,
+    Attachment,
     Entry,
     ReasoningEntry,
     ToolCallEntry,
     ToolResultEntry,
-    Attachment,
     UserEntry,
 )
 from webapp.usage import Usage

@@ -552,4 +552,3 @@ class RunManager:
             _, pending = await asyncio.wait(tasks, timeout=timeout)
             for task in pending:
                 task.cancel()
-

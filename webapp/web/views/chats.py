@@ -6,6 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from webapp.web.app_state import web
+from webapp.web.attachment_forms import read_with_files, take
 from webapp.web.auth import owner_of
 from webapp.web.chat_models import Refused
 from webapp.web.chat_service import (
@@ -17,7 +18,6 @@ from webapp.web.chat_service import (
     RunNotFound,
 )
 from webapp.web.forms import FormError, read_title
-from webapp.web.views.attachments import read_with_files, take
 from webapp.web.views.responses import (
     BUSY,
     NO_CHAT,

@@ -15,6 +15,7 @@ from starlette.responses import HTMLResponse, Response
 
 from webapp.chats.store import Chat
 from webapp.web.app_state import web
+from webapp.web.attachment_forms import read_with_files, take
 from webapp.web.auth import owner_of
 from webapp.web.chat_service import (
     Busy,
@@ -30,7 +31,6 @@ from webapp.web.chat_service import (
 )
 from webapp.web.forms import FormError, read_decision, read_run_id
 from webapp.web.view_models import UserView
-from webapp.web.views.attachments import read_with_files, take
 from webapp.web.views.responses import (
     BUSY,
     NO_CHAT,
