@@ -109,8 +109,6 @@ class OfflineModel:
             chunks = _continuation(message, after, attached)
         elif answered is not None:
             chunks = _split_words(_answer_for(*answered))
-        elif attached:
-            chunks = _split_words(attached)
         else:
             action = self._decide(message, tools)
             if isinstance(action, ToolCallPart):
@@ -119,7 +117,7 @@ class OfflineModel:
                 yield UsagePart(Usage(input_tokens, _rough_tokens(action.arguments) + 5))
                 yield FinishPart("tool_calls")
                 return
-            chunks = action
+            chunks = _split_words(attached + "\n\n") + action if attached else action
         for index, chunk in enumerate(chunks):
             if index:
                 await asyncio.sleep(self.delay)
@@ -190,8 +188,9 @@ def _continuation(message: str, after: list[Entry], attached: str = "") -> list[
     """
     partial = "".join(e.text for e in _trailing_reply(after))
     possible = _possible_replies(message, after)
-    if attached:
-        possible.insert(0, "".join(_split_words(attached)))
+    if attached:  # the files' lines came first (see `stream`)
+        head = "".join(_split_words(attached + "\n\n"))
+        possible = [head + text for text in possible] + possible
     for full in possible:
         if partial and len(partial) < len(full) and full.startswith(partial):
             return _split_words(full[len(partial) :])

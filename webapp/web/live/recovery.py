@@ -127,6 +127,8 @@ class Recovery:
             state = runs.continuing(chat.id, run_id, reply, epoch)
         else:
             state = runs.new_state(chat.id, run_id, text, reply, epoch)
+            user, _ = split_run(snapshot.entries)
+            state.input_attachments = user.attachments if user is not None else ()
         state.agent = await runs.agent_for(chat.id)
         return state
 
