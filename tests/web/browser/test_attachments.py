@@ -202,3 +202,33 @@ def test_another_persons_file_is_404(
     answer = pages["bob"].request.get(href)
     assert answer.status == 404
     assert b"alice" not in answer.body()
+
+
+_DROP_AND_PASTE_JS = """
+([kind, name, text]) => {
+  const box = document.getElementById("message");
+  const files = new DataTransfer();
+  files.items.add(new File([text], name, {type: "text/plain"}));
+  const event = kind === "drop"
+    ? new DragEvent("drop", {dataTransfer: files, bubbles: true, cancelable: true})
+    : new ClipboardEvent("paste", {clipboardData: files, bubbles: true, cancelable: true});
+  box.dispatchEvent(event);
+  return event.defaultPrevented;
+}
+"""
+
+
+def test_a_file_dropped_or_pasted_on_the_message_box_is_attached(
+    app: AppServer, open_page: Callable[..., Page]
+) -> None:
+    page = open_page(app)
+    open_new_chat(page)
+    message_box(page).fill("Two ways in")
+    assert page.evaluate(_DROP_AND_PASTE_JS, ["drop", "dropped.txt", "dropped text"])
+    assert page.evaluate(_DROP_AND_PASTE_JS, ["paste", "pasted.txt", "pasted text"])
+    expect(page.get_by_label("Attach files")).to_have_js_property("files.length", 2)
+    button(page, "Send").click()
+    reply = wait_status(page, "completed")
+    assert _shown(page) == ["dropped.txt", "pasted.txt"]
+    expect(reply).to_contain_text("dropped.txt begins: dropped text")
+    expect(reply).to_contain_text("pasted.txt begins: pasted text")
