@@ -330,6 +330,7 @@ def import_file(argv: Sequence[str]) -> int:
     from pathlib import Path
 
     from webapp.chats.file_format import MAX_FILE_BYTES, ChatFileError, parse
+    from webapp.chats.intake import AttachmentLimits, AttachmentRefused, Intake, Upload
     from webapp.chats.store import EVERY_CHAT, ChatStore
     from webapp.stores.postgres import redact_dsn
 
@@ -344,8 +345,10 @@ def import_file(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     path = Path(args.file)
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ChatFileError(f"The file is larger than {MAX_FILE_BYTES:,} bytes.")
+        limits = AttachmentLimits()  # an import's files meet an upload's limits
+        largest = MAX_FILE_BYTES + limits.max_files * limits.max_bytes * 4 // 3
+        if path.stat().st_size > largest:
+            raise ChatFileError(f"The file is larger than {largest:,} bytes.")
         chat = parse(path.read_bytes())
     except OSError as exc:
         print(f"webapp import: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
@@ -364,9 +367,15 @@ def import_file(argv: Sequence[str]) -> int:
                 owner = account.owner
             elif await chats.users.everyone():
                 return None
-            return await chats.import_chat(owner, chat)
+            intake = Intake(chats.files, limits)
+            files = [f for x in chat.files for f in await intake.read([Upload(x.name, x.data)])]
+            return await chats.import_chat(owner, chat, files)
 
-    chat_id = asyncio.run(store())
+    try:
+        chat_id = asyncio.run(store())
+    except AttachmentRefused as exc:
+        print(f"webapp import: {args.file}: {exc} Nothing was imported.", file=sys.stderr)
+        return 2
     if chat_id is None:
         why = f"there is no user {args.user!r}" if args.user else "the database has users"
         print(

@@ -3,10 +3,13 @@ refused by name when hostile, found by search, freed with the chat."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -301,3 +304,37 @@ async def test_export_carries_the_bytes_and_import_restores_them(web_client_fact
     assert refused.status_code == 400
     assert "report.txt" in refused.text and "not UTF-8" in refused.text
     assert await counts(client) == before
+
+
+async def test_files_alone_branch_and_the_command_line_import(
+    web_client_factory: MakeClient, tmp_path: Path, db_kind: str
+):
+    client = await web_client_factory(offline_delay=0)
+    chat_id = await client.new_chat()
+    response = await client.http.post(
+        f"/chats/{chat_id}/messages", data={"text": "  "}, files=files(("only.txt", b"just this"))
+    )
+    assert response.status_code == 303, response.text  # files alone are a message
+    await client.wait_idle(chat_id)
+    chat = await client.web.chats.get(EVERY_CHAT, chat_id)
+    assert chat is not None and chat.title == "only.txt"
+    run_id = (await client.web.session.segments(chat_id))[0].run_id
+    branched = await client.http.post(f"/chats/{chat_id}/runs/{run_id}/branch")
+    branch_id = branched.headers["location"].rsplit("/", 1)[1]
+    await client.http.post(f"/chats/{chat_id}/delete")
+    shown = messages(await client.page(branch_id))[0].find(data_role="attachment")
+    download = await client.http.get(str(shown.find("a").attrs["href"]))
+    assert download.content == b"just this"  # the branch still holds the file
+    if db_kind != "sqlite":
+        return
+    exported = tmp_path / "chat.json"
+    exported.write_bytes((await client.http.get(f"/chats/{branch_id}/export.json")).content)
+    other = tmp_path / "other.db"
+    command = [sys.executable, "-m", "webapp", "import", str(exported), "--db", str(other)]
+    done = await asyncio.create_subprocess_exec(*command, stderr=asyncio.subprocess.PIPE)
+    _, stderr = await asyncio.wait_for(done.communicate(), 120)
+    assert done.returncode == 0, stderr.decode()
+    second = await web_client_factory(db=other, offline_delay=0)
+    imported = (await second.web.chats.recent(EVERY_CHAT))[0]
+    shown = messages(await second.page(imported.id))[0].find(data_role="attachment")
+    assert (await second.http.get(str(shown.find("a").attrs["href"]))).content == b"just this"

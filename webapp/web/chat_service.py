@@ -370,7 +370,9 @@ class ChatService:
     async def _start(self, chat_id: str, text: str, new: NewRun) -> Started:
         """Start ``new`` from ``text`` (chat lock held); raises what `ChatStore.begin_run`
         raises. A chat with no title yet takes one from the text."""
-        new = replace(new, title=title_from_text(text))
+        # A message of files alone is titled by their names.
+        named = text if text.strip() else ", ".join(a.name for a in new.attachments)
+        new = replace(new, title=title_from_text(named))
         state, begun = await self.runs.start(chat_id, new, text, page=PAGE_RUNS)
         return Started(begun.chat, state, begun.page)
 
