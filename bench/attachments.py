@@ -29,6 +29,7 @@ import contextlib
 import io
 import json
 import os
+import random
 import resource
 import socket
 import statistics
@@ -50,19 +51,50 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from pypdf import PdfReader, PdfWriter  # noqa: E402
-from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject  # noqa: E402
+from pypdf import PdfReader, PdfWriter
+from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
-from webapp.chats.file_context import FileContext  # noqa: E402
-from webapp.chats.intake import AttachmentLimits  # noqa: E402
-from webapp.chats.users import EVERY_CHAT  # noqa: E402
-from webapp.web import create_app  # noqa: E402
+from webapp.chats.file_context import FileContext
+from webapp.chats.intake import AttachmentLimits
+from webapp.chats.users import EVERY_CHAT
+from webapp.web import create_app
 
 BEAT = 0.001
-WORDS = (
-    "ledger invoice harbour quartz meadow lantern orbit cobalt thistle saffron canyon "
-    "glacier beacon violet ember falcon willow summit marble cedar"
-).split()
+COMMON = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "that",
+    "for",
+    "it",
+    "as",
+    "was",
+    "with",
+    "on",
+    "by",
+    "be",
+    "at",
+    "this",
+    "from",
+    "or",
+    "which",
+]
+
+
+def vocabulary(size: int = 5_000) -> list[str]:
+    """Common English words first, then made-up ones: drawn by Zipf's law, the text has
+    a real document's shape (a few words everywhere, most words in a few places)."""
+    rng = random.Random(30)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    made = {"".join(rng.choice(letters) for _ in range(rng.randint(4, 10))) for _ in range(size)}
+    return COMMON + sorted(made)[: size - len(COMMON)]
+
+
+WORDS = vocabulary()
+WEIGHTS = [1 / (rank + 1) for rank in range(len(WORDS))]
 
 
 def make_pdf(pages: int, target_bytes: int) -> bytes:
@@ -77,11 +109,12 @@ def make_pdf(pages: int, target_bytes: int) -> bytes:
         }
     )
     per_page = target_bytes // pages
+    rng = random.Random(2000)
     for number in range(pages):
         lines, size = [], 0
         i = 0
         while size < per_page - 40:
-            words = " ".join(WORDS[(number * 7 + i * 3 + k) % len(WORDS)] for k in range(8))
+            words = " ".join(rng.choices(WORDS, WEIGHTS, k=8))
             line = f"({number + 1}.{i} {words}) Tj 0 -11 Td "
             lines.append(line)
             size += len(line)
@@ -250,17 +283,10 @@ async def accept_and_excerpts(folder: Path, pages: int, megabytes: float) -> Non
         files = entry.attachments
         print(f"  recorded as {files[0].context} ({files[0].size:,} bytes)", flush=True)
         context = FileContext(store.files, limits.context_chars)
-        questions = [
-            "Where is the ledger invoice on page 1200?",
-            "harbour quartz",
-            "Tell me about the falcon and the willow near the summit",
-            "cobalt",
-            "What is said of marble cedar ledger invoice harbour?",
-            "saffron canyon glacier",
-            "meadow lantern orbit",
-            "the beacon",
-            "violet ember",
-            "thistle",
+        rng = random.Random(7)
+        questions = [  # a few words of the document, among words found everywhere
+            f"What does the document say about {' and '.join(rng.sample(WORDS[20:2000], n))}?"
+            for n in (1, 2, 3, 1, 2, 3, 4, 1, 2, 5)
         ]
         spent_each = []
         for question in questions:

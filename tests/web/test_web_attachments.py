@@ -141,7 +141,7 @@ async def test_a_long_document_goes_as_the_relevant_pages(web_client_factory: Ma
     chat_id = await client.new_chat()
     filler = "\n".join(f"ordinary line {i} about nothing" for i in range(40))
     pages = [filler, filler + "\nthe zebra crossing is here", filler, "giraffe facts\n" + filler]
-    response = await send(client, chat_id, "Where is the zebra?", ("animals.pdf", pdf(pages)))
+    response = await send(client, chat_id, "zebra location", ("animals.pdf", pdf(pages)))
     assert response.status_code == 303, response.text
     await client.wait_idle(chat_id)
     sent = user_content(model.requests[-1])[1]["text"]

@@ -21,6 +21,8 @@ a message without its file.
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -28,7 +30,7 @@ from markupsafe import Markup
 
 from webapp.chats.db import ChatDatabase, Tx
 from webapp.chats.file_reading import Chunk
-from webapp.chats.search import MAX_RESULTS, SearchHit, _excerpt, fts_query, query_words
+from webapp.chats.search import _WORD, MAX_RESULTS, SearchHit, _excerpt, fts_query, query_words
 from webapp.chats.search_pg import ts_query
 from webapp.chats.users import Owner
 from webapp.transcript import Attachment
@@ -246,27 +248,14 @@ async def chat_files(tx: Tx, chat_id: str) -> list[StoredFile]:
 
 
 def excerpt_query(text: str, dialect: str) -> str | None:
-    """Any of the message's words (up to `MAX_EXCERPT_WORDS`), in the index's syntax."""
-    words = list(dict.fromkeys(w.lower() for w in query_words_all(text)))[:MAX_EXCERPT_WORDS]
-    if not words:
-        return None
+    """Any of the message's words (up to `MAX_EXCERPT_WORDS`), in the index's syntax, each
+    quoted: a message's words never reach the query language."""
+    found = _WORD.findall(unicodedata.normalize("NFC", text))
+    words = list(dict.fromkeys(w.lower() for w in found if len(w) > 1))[:MAX_EXCERPT_WORDS]
     if dialect == "postgresql":
-        quoted = [ts_query(w) for w in words]
-        return " | ".join(q for q in quoted if q and not q.endswith(":*")) or None
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
-
-
-def query_words_all(text: str) -> list[str]:
-    # query_words stops at a search box's few words; a message is looked for in whole.
-    return [w for w in _words(text) if len(w) > 1]
-
-
-def _words(text: str) -> list[str]:
-    import unicodedata
-
-    from webapp.chats.search import _WORD  # the index's idea of a word, one place
-
-    return _WORD.findall(unicodedata.normalize("NFC", text))
+        quoted = ["'" + w.replace("'", "''") + "'" for w in words if len(w.encode()) < 2048]
+        return " | ".join(quoted) or None
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words) or None
 
 
 async def excerpts(tx: Tx, file_ids: Sequence[str], message: str, budget: int) -> list[Excerpt]:
@@ -276,7 +265,7 @@ async def excerpts(tx: Tx, file_ids: Sequence[str], message: str, budget: int) -
     if query is None or not file_ids or budget <= 0:
         return []
     marks = ",".join("?" * len(file_ids))
-    limit = budget // 100 + 10  # chunks are about 1,500 characters: more than can fit
+    limit = budget // 400 + 20  # chunks are about 1,500 characters: more than can fit
     if tx.dialect == "postgresql":
         rows = await tx.fetch(
             f"SELECT file_id, seq, page, text FROM attachment_chunks, "
@@ -356,8 +345,6 @@ def _around(text: str, words: list[str]) -> str:
 
 
 def _mark(text: str, word: str) -> str:
-    import re
-
     return re.sub(
         re.escape(word), lambda m: "\ue000" + m.group(0) + "\ue001", text, flags=re.IGNORECASE
     )

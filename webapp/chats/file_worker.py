@@ -14,6 +14,7 @@ decoding (in a thread): neither goes to a child.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -32,6 +33,7 @@ from webapp.chats.file_reading import (
 )
 
 TIME_LIMIT = 120.0  # seconds to read one file
+INLINE_BYTES = 256 * 1024  # an image or a text this small is read without a thread hop
 MEMORY_LIMIT = 2048 * 1024 * 1024  # bytes of address space of a reading process
 
 
@@ -51,13 +53,14 @@ class FileReader:
 
     async def read(self, data: bytes, max_pdf_pages: int) -> ReadResult:
         """The file's hash, type, text and chunks; `Unreadable` when it cannot be taken."""
-        digest = await asyncio.to_thread(_sha256, data)
         kind = sniff(data)
-        if kind in IMAGE_TYPES:
-            return ReadResult(digest, read_file(data, max_pdf_pages), ())
-        if kind is None:  # text: decoding is linear and bounded by the size limit
-            found, pieces = await asyncio.to_thread(_read_here, data)
-            return ReadResult(digest, found, pieces)
+        if kind in IMAGE_TYPES or kind is None:
+            # An image is its bytes; text only needs decoding, linear in its size (which
+            # the limit bounds): a small one is read at once, a large one in a thread.
+            if len(data) <= INLINE_BYTES:
+                return _read_here(data)
+            return await asyncio.to_thread(_read_here, data)
+        digest = await asyncio.to_thread(_sha256, data)
         async with self._slots:
             output = await self._run(data, max_pdf_pages)
         found, pieces = await asyncio.to_thread(_decode, output)
@@ -87,9 +90,10 @@ class FileReader:
         return output
 
 
-def _read_here(data: bytes) -> tuple[FileText, tuple[Chunk, ...]]:
+def _read_here(data: bytes) -> ReadResult:
     found = read_file(data, 0)
-    return found, tuple(chunks(found))
+    pieces = tuple(chunks(found)) if found.pages is not None else ()
+    return ReadResult(_sha256(data), found, pieces)
 
 
 def _sha256(data: bytes) -> str:
@@ -97,12 +101,19 @@ def _sha256(data: bytes) -> str:
 
 
 def _decode(output: bytes) -> tuple[FileText, tuple[Chunk, ...]]:
-    answer: dict[str, Any] = json.loads(output)
-    if "error" in answer:
-        raise Unreadable(str(answer["error"]))
-    found = FileText(answer["media_type"], tuple(answer["pages"]), bool(answer["paged"]))
-    pieces = tuple(Chunk(i, page, text) for i, (page, text) in enumerate(answer["chunks"]))
-    return found, pieces
+    """The child's answer: a head line, then one JSON line per page and per chunk.
+
+    Decoded line by line, never as one big value: one ``json.loads`` of megabytes
+    would hold the interpreter lock for as long, and stall the event loop with it.
+    """
+    lines = output.split(b"\n")
+    head: dict[str, Any] = json.loads(lines[0])
+    if "error" in head:
+        raise Unreadable(str(head["error"]))
+    count = int(head["pages"])
+    pages = tuple(json.loads(line) for line in lines[1 : 1 + count])
+    pieces = tuple(Chunk(i, *json.loads(line)) for i, line in enumerate(lines[1 + count :]) if line)
+    return FileText(head["media_type"], pages, bool(head["paged"])), pieces
 
 
 def _main() -> int:
@@ -113,20 +124,21 @@ def _main() -> int:
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     except (ValueError, OSError):  # a lower hard limit already: that one holds
         pass
+    with contextlib.suppress(OSError):
+        os.nice(10)  # on a busy machine the server's own requests go first
     data = sys.stdin.buffer.read()
     try:
         found = read_file(data, int(sys.argv[1]))
-        answer: dict[str, Any] = {
-            "media_type": found.media_type,
-            "pages": list(found.pages or ()),
-            "paged": found.paged,
-            "chunks": [[c.page, c.text] for c in chunks(found)],
-        }
+        pages = found.pages or ()
+        head = {"media_type": found.media_type, "pages": len(pages), "paged": found.paged}
+        lines = [head, *pages, *([c.page, c.text] for c in chunks(found))]
     except Unreadable as exc:
-        answer = {"error": str(exc)}
+        lines = [{"error": str(exc)}]
     except MemoryError:
         return 3
-    sys.stdout.buffer.write(json.dumps(answer, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    out = sys.stdout.buffer
+    for line in lines:  # JSON escapes every line break: one value per line
+        out.write(json.dumps(line).encode("ascii") + b"\n")
     return 0
 
 
