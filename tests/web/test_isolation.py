@@ -130,7 +130,9 @@ async def _alice_makes_chats(client: WebClient, alice: httpx.AsyncClient) -> dic
     streaming."""
     versions, stopped, live = await new_chat(alice), await new_chat(alice), await new_chat(alice)
     attached = [("files", ("notes.txt", f"notes {SECRET}".encode(), "text/plain"))]
-    await alice.post(f"/chats/{versions}/messages", data={"text": f"first {SECRET}"}, files=attached)
+    await alice.post(
+        f"/chats/{versions}/messages", data={"text": f"first {SECRET}"}, files=attached
+    )
     await client.wait_idle(versions)
     await alice.post(f"/chats/{versions}/messages", data={"text": f"second {SECRET}"})
     await client.wait_idle(versions)
