@@ -37,6 +37,7 @@ from webapp.web.forms import (
 
 FILES_FIELD = "files"
 PARSE_SLICE = 256 * 1024
+MAX_PARTS = 100  # file parts a form may hold at all
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ async def read_message_with_files(
     parser = MultiPartParser(
         Headers({"content-type": request.headers.get("content-type", "") + "; charset=latin-1"}),
         _slices(body),
-        max_files=limits.max_files + 1,
+        max_files=MAX_PARTS,  # the 11th file is refused by name (the body is bounded anyway)
         max_fields=50 + limits.max_files,
         max_part_size=byte_limit(max_chars),
     )
