@@ -117,14 +117,18 @@ def test_attach_see_download_send_regenerate_edit_and_continue(
     texts = [p.get("text") for p in _user_parts(endpoint.requests[-1])]
     assert texts == ["And now?", "[notes.txt]\n" + NOTES.decode(), "[more.md]\n# More\ntext"]
 
+    before = replies(page).count()
     message_box(page).fill(f"Please {CUT_SHORT_CUE}")
     _attach(page, _file("cut.txt", b"cut text"))
     button(page, "Send").click()
+    expect(replies(page)).to_have_count(before + 1)
     reply = wait_status(page, "completed")
     cut = _user_parts(endpoint.requests[-1])
+    asked = len(endpoint.requests)
     button(reply, "Continue").click()
-    expect(replies(page).last).to_contain_text(f"fake reply #{len(endpoint.requests)}")
+    expect(replies(page).last).to_contain_text(f"fake reply #{asked + 1}")
     wait_status(page, "completed")
+    assert len(endpoint.requests) == asked + 1
     # The continuation's request carries the same message with the same file.
     assert _user_parts(endpoint.requests[-1]) == cut
 
