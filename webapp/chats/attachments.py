@@ -4,8 +4,9 @@ Tables (the same in both dialects but for the column types and the index):
 - ``attachment_files``: one row per distinct content (``id`` = its sha256),
   the bytes (SQLite BLOB, PostgreSQL bytea) and a document's whole text;
 - ``attachment_chunks``: a document's text in pieces of about 1,500
-  characters, never across two pages, under the full-text index (FTS5 on
-  SQLite, a tsvector under GIN on PostgreSQL) that excerpts are picked with;
+  characters, never across two pages, under the full-text index (FTS5,
+  ``attachment_search``, on SQLite; a tsvector under GIN on PostgreSQL) that
+  excerpts are picked with;
 - ``message_files``: which chat holds which file under which name -- what a
   download checks, what search names, and what a delete frees;
 - ``run_files``: the attachments of a run in flight, written with its input,
@@ -58,8 +59,18 @@ CREATE TABLE IF NOT EXISTS attachment_files (
     data       BLOB NOT NULL,
     text       TEXT
 );
-CREATE VIRTUAL TABLE IF NOT EXISTS attachment_chunks USING fts5(
-    text, file_id UNINDEXED, seq UNINDEXED, page UNINDEXED,
+CREATE TABLE IF NOT EXISTS attachment_chunks (
+    id      INTEGER PRIMARY KEY,
+    file_id TEXT NOT NULL,
+    seq     INTEGER NOT NULL,
+    page    INTEGER,
+    text    TEXT NOT NULL,
+    UNIQUE (file_id, seq)
+);
+-- The index holds only the words: a ranked match reads no chunk's text but the few
+-- that are picked (external content, filled and emptied with the chunks below).
+CREATE VIRTUAL TABLE IF NOT EXISTS attachment_search USING fts5(
+    text, content = 'attachment_chunks', content_rowid = 'id',
     tokenize = 'unicode61 remove_diacritics 2'
 );
 """
@@ -156,6 +167,12 @@ async def store_new(tx: Tx, files: Sequence[NewFile]) -> None:
                 "INSERT INTO attachment_chunks (file_id, seq, page, text) VALUES (?, ?, ?, ?)",
                 [(file.id, c.seq, c.page, c.text) for c in new.chunks],
             )
+            if tx.dialect == "sqlite":
+                await tx.execute(
+                    "INSERT INTO attachment_search (rowid, text) "
+                    "SELECT id, text FROM attachment_chunks WHERE file_id = ?",
+                    (file.id,),
+                )
 
 
 async def link(tx: Tx, chat_id: str, attachments: Iterable[Attachment]) -> None:
@@ -185,6 +202,12 @@ async def forget_chat(tx: Tx, chat_id: str) -> None:
     for (file_id,) in rows:
         if await tx.fetch("SELECT 1 FROM message_files WHERE file_id = ? LIMIT 1", (file_id,)):
             continue
+        if tx.dialect == "sqlite":  # out of the index first, while its text is there
+            await tx.execute(
+                "INSERT INTO attachment_search (attachment_search, rowid, text) "
+                "SELECT 'delete', id, text FROM attachment_chunks WHERE file_id = ?",
+                (file_id,),
+            )
         await tx.execute("DELETE FROM attachment_chunks WHERE file_id = ?", (file_id,))
         await tx.execute("DELETE FROM attachment_files WHERE id = ?", (file_id,))
 
@@ -274,11 +297,23 @@ async def excerpts(tx: Tx, file_ids: Sequence[str], message: str, budget: int) -
             (query, *file_ids, limit),
         )
     else:
-        rows = await tx.fetch(
-            f"SELECT file_id, seq, page, text FROM attachment_chunks WHERE attachment_chunks "
-            f"MATCH ? AND file_id IN ({marks}) ORDER BY rank, file_id, seq LIMIT ?",
+        ranked = await tx.fetch(
+            f"SELECT c.id FROM attachment_search s JOIN attachment_chunks c ON c.id = s.rowid "
+            f"WHERE attachment_search MATCH ? AND c.file_id IN ({marks}) "
+            "ORDER BY s.rank, c.file_id, c.seq LIMIT ?",
             (query, *file_ids, limit),
         )
+        rank_of = {int(r[0]): i for i, r in enumerate(ranked)}
+        found = (
+            await tx.fetch(
+                "SELECT id, file_id, seq, page, text FROM attachment_chunks WHERE id IN "
+                f"({','.join('?' * len(rank_of))})",
+                tuple(rank_of),
+            )
+            if rank_of
+            else []
+        )
+        rows = [r[1:] for r in sorted(found, key=lambda r: rank_of[int(r[0])])]
     chosen: list[Excerpt] = []
     left = budget
     for file_id, seq, page, text in rows:
@@ -310,8 +345,9 @@ async def search_files(tx: Tx, text: str, owner: Owner) -> list[SearchHit]:
         if query is None:
             return []
         rows = await tx.fetch(
-            "SELECT file_id, snippet(attachment_chunks, 0, char(57344), char(57345), '…', 16) "
-            "FROM attachment_chunks WHERE attachment_chunks MATCH ? LIMIT 500",
+            "SELECT c.file_id, snippet(attachment_search, 0, char(57344), char(57345), '…', 16) "
+            "FROM attachment_search s JOIN attachment_chunks c ON c.id = s.rowid "
+            "WHERE attachment_search MATCH ? LIMIT 500",
             (query,),
         )
         for file_id, snippet in rows:
