@@ -343,3 +343,14 @@ async def test_files_alone_branch_and_the_command_line_import(
     imported = (await second.web.chats.recent(EVERY_CHAT))[0]
     shown = messages(await second.page(imported.id))[0].find(data_role="attachment")
     assert (await second.http.get(str(shown.find("a").attrs["href"]))).content == b"just this"
+
+
+async def test_reading_a_file_is_stopped_at_its_time_limit():
+    from webapp.chats.file_reading import Unreadable
+    from webapp.chats.file_worker import FileReader
+
+    document = pdf(["a page"] * 50)
+    read = await FileReader(time_limit=30).read(document, 100)
+    assert read.found.paged and len(read.found.pages or ()) == 50
+    with pytest.raises(Unreadable, match="longer than 0.001 seconds"):
+        await FileReader(time_limit=0.001).read(document, 100)

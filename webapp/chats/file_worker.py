@@ -72,7 +72,6 @@ class FileReader:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
-            env={**os.environ, "PYTHONHASHSEED": "0"},
         )  # fmt: skip
         try:
             async with asyncio.timeout(self.time_limit):
