@@ -42,3 +42,22 @@ async def test_a_file_attached_through_one_process_downloads_from_the_other(post
             assert download.headers["content-type"] == media_type
         reply = messages(page)[1].find(class_="content").norm_text()
         assert "minutes.pdf begins: Minutes of the meeting" in reply
+
+
+async def test_the_other_process_shows_the_files_of_a_reply_still_streaming(postgres_dsn: str):
+    slow = {"model": OfflineModel(delay=0.02)}
+    async with two_processes(postgres_dsn, slow, slow) as (a, b):
+        chat_id = str((await a.post("/chats")).headers["location"].rsplit("/", 1)[1])
+        sent = await a.post(
+            f"/chats/{chat_id}/messages",
+            data={"text": "count to 400"},
+            files=[("files", ("list.txt", b"one\ntwo\n", "text/plain"))],
+        )
+        assert sent.status_code == 303, sent.text
+        page = parse_html((await b.get(f"/chats/{chat_id}")).text)
+        user, reply = messages(page)
+        assert reply.attrs["data-status"] == "streaming"  # A runs it; B follows it
+        shown = user.find(data_role="attachment")
+        assert shown.attrs["data-name"] == "list.txt"
+        download = await b.get(str(shown.find("a").attrs["href"]))
+        assert download.content == b"one\ntwo\n"

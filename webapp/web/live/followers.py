@@ -22,6 +22,7 @@ import logging
 from dataclasses import asdict
 from typing import Any
 
+from webapp.transcript import Attachment
 from webapp.usage import Usage
 from webapp.web import event_names as names
 from webapp.web.live.cluster import Cluster, EventRow
@@ -57,6 +58,7 @@ async def publish_start(cluster: Cluster, state: RunState) -> None:
     start = {
         "chat_id": state.chat_id,
         "input": state.input_text,
+        "attachments": [asdict(a) for a in state.input_attachments],
         "continues": state.continues,
         "reply": reply_to_json(state.reply),
     }
@@ -118,6 +120,9 @@ class Followers:
         )
         state.follower = True
         state.continues = start["continues"]
+        state.input_attachments = tuple(
+            Attachment.from_dict(a) for a in start.get("attachments", ())
+        )
         self._apply(state, rows[1:])
         self._states[run_id] = state
         return state

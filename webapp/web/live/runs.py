@@ -208,11 +208,11 @@ class RunManager:
             state = self.new_state(chat_id, new.run_id, text, ReplyView(new.run_id))
         else:
             state = self.continuing(chat_id, new.run_id, continues)
+        state.input_attachments = new.attachments if continues is None else ()
         if self.cluster is not None:  # a new run: nobody else can hold its lease
             await self.cluster.claim(state.run_id, chat_id, state.epoch)
             await publish_start(self.cluster, state)
         state.agent = agent
-        state.input_attachments = new.attachments if continues is None else ()
         # Not deleted on success: `end_run` drops the checkpoint with the chat's own update.
         options = CheckpointOptions(self.checkpointer, new.run_id, if_run_exists="fail")
         self.launch(state, [] if continues is not None else run_input(state), options, self.session)
