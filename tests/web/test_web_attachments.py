@@ -354,3 +354,23 @@ async def test_reading_a_file_is_stopped_at_its_time_limit():
     assert read.found.paged and len(read.found.pages or ()) == 50
     with pytest.raises(Unreadable, match="longer than 0.001 seconds"):
         await FileReader(time_limit=0.001).read(document, 100)
+
+
+async def test_the_home_pages_composer_starts_a_chat_with_files(web_client_factory: MakeClient):
+    client = await web_client_factory(offline_delay=0)
+    response = await client.http.post(
+        "/chats", data={"text": "Start here"}, files=files(("first.txt", b"first file"))
+    )
+    assert response.status_code == 303, response.text
+    chat_id = response.headers["location"].rsplit("/", 1)[1]
+    await client.wait_idle(chat_id)
+    page = await client.page(chat_id)
+    assert messages(page)[0].find(data_role="attachment").attrs["data-name"] == "first.txt"
+    before = await counts(client)
+    refused = await client.http.post(
+        "/chats", data={"text": "Again"}, files=files(("bad.txt", b"\xff\xfe bad"))
+    )
+    assert refused.status_code == 400
+    assert "bad.txt" in parse(refused.text).find(role="alert").text()
+    assert await counts(client) == before
+    assert len(await client.web.chats.recent(EVERY_CHAT)) == 1  # no chat was made
