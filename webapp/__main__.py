@@ -86,6 +86,16 @@ def lease_seconds(value: str) -> float:
     return number
 
 
+def positive_number(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number above 0, got {value!r}")
+    return number
+
+
 @dataclass(frozen=True)
 class Machine:
     """This machine's own host names and addresses, as a Host header may carry them."""
@@ -277,6 +287,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(env WEBAPP_LEASE_SECONDS; default 10)",
     )
     parser.add_argument(
+        "--max-attachment-mb",
+        type=positive_number,
+        default=env("WEBAPP_MAX_ATTACHMENT_MB") or "20",
+        metavar="MB",
+        help="the largest file a message may attach (env WEBAPP_MAX_ATTACHMENT_MB; default 20)",
+    )
+    parser.add_argument(
+        "--max-pdf-pages",
+        type=at_least_one,
+        default=env("WEBAPP_MAX_PDF_PAGES") or "2000",
+        metavar="N",
+        help="the most pages an attached PDF may have (env WEBAPP_MAX_PDF_PAGES; default 2000)",
+    )
+    parser.add_argument(
+        "--attachment-context-chars",
+        type=at_least_one,
+        default=env("WEBAPP_ATTACHMENT_CONTEXT_CHARS") or "60000",
+        metavar="N",
+        help="a message's documents go to the model whole up to this many characters, as "
+        "their most relevant excerpts beyond (env WEBAPP_ATTACHMENT_CONTEXT_CHARS; "
+        "default 60000)",
+    )
+    parser.add_argument(
         "--log-level",
         default=env("WEBAPP_LOG_LEVEL") or "info",
         choices=LOG_LEVELS,
@@ -316,6 +349,7 @@ def import_file(argv: Sequence[str]) -> int:
     from pathlib import Path
 
     from webapp.chats.file_format import MAX_FILE_BYTES, ChatFileError, parse
+    from webapp.chats.intake import AttachmentLimits, AttachmentRefused, Intake, Upload
     from webapp.chats.store import EVERY_CHAT, ChatStore
     from webapp.stores.postgres import redact_dsn
 
@@ -330,8 +364,10 @@ def import_file(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     path = Path(args.file)
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ChatFileError(f"The file is larger than {MAX_FILE_BYTES:,} bytes.")
+        limits = AttachmentLimits()  # an import's files meet an upload's limits
+        largest = MAX_FILE_BYTES + limits.max_files * limits.max_bytes * 4 // 3
+        if path.stat().st_size > largest:
+            raise ChatFileError(f"The file is larger than {largest:,} bytes.")
         chat = parse(path.read_bytes())
     except OSError as exc:
         print(f"webapp import: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
@@ -350,9 +386,15 @@ def import_file(argv: Sequence[str]) -> int:
                 owner = account.owner
             elif await chats.users.everyone():
                 return None
-            return await chats.import_chat(owner, chat)
+            intake = Intake(chats.files, limits)
+            files = [f for x in chat.files for f in await intake.read([Upload(x.name, x.data)])]
+            return await chats.import_chat(owner, chat, files)
 
-    chat_id = asyncio.run(store())
+    try:
+        chat_id = asyncio.run(store())
+    except AttachmentRefused as exc:
+        print(f"webapp import: {args.file}: {exc} Nothing was imported.", file=sys.stderr)
+        return 2
     if chat_id is None:
         why = f"there is no user {args.user!r}" if args.user else "the database has users"
         print(
@@ -489,6 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.log_level)
 
+    from webapp.chats.intake import AttachmentLimits
     from webapp.chats.limits import Limits
     from webapp.config import ConfigError, load_config
     from webapp.models.endpoints import ModelRegistry
@@ -521,6 +564,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             auth=AuthSettings(args.auth, args.auth_header, tuple(args.trusted_proxies)),
             limits=Limits(args.max_runs_per_user, args.max_tokens_per_day),
             lease_seconds=args.lease_seconds,
+            attachment_limits=AttachmentLimits(
+                max_mb=args.max_attachment_mb,
+                max_pdf_pages=args.max_pdf_pages,
+                context_chars=args.attachment_context_chars,
+            ),
         )
     except ValueError as exc:
         print(f"webapp: {exc}", file=sys.stderr)

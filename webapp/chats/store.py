@@ -26,13 +26,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Self
 
+from webapp.chats import attachments, tool_approvals
 from webapp.chats import limits as chat_limits
 from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
 from webapp.chats import settings as chat_settings
-from webapp.chats import tool_approvals
 from webapp.chats import tree as chat_tree
 from webapp.chats import users as chat_users
+from webapp.chats.attachments import NewFile
 from webapp.chats.db import CLUSTER_TABLES, POSTGRES_STORES, SQLITE_STORES, Tx, open_chat_db
 from webapp.chats.library import CHAT_COLUMNS as _COLUMNS
 from webapp.chats.library import CHECKPOINT_TABLES as _CHECKPOINT_TABLES
@@ -46,7 +47,7 @@ from webapp.chats.tree import Tree
 from webapp.chats.users import EVERY_CHAT, Owner, ThrottlePolicy, Users
 from webapp.stores.codec import StoredSegment
 from webapp.stores.session import Segment
-from webapp.transcript import Entry
+from webapp.transcript import Attachment, Entry
 
 __all__ = [
     "EVERY_CHAT",
@@ -143,6 +144,10 @@ class NewRun:
     input: str | None = None  # the user's text it starts from, kept while it is in flight
     model: str | None = None  # the endpoint/model it runs with (a continuation: unused)
     owner: Owner = field(kw_only=True)  # whose chat it must be, and whose limits it counts in
+    # What the message brings (SPEC §14): every attachment, and the files among them
+    # that were just uploaded, stored in the run's own transaction.
+    attachments: tuple[Attachment, ...] = field(default=(), kw_only=True)
+    files: tuple[NewFile, ...] = field(default=(), kw_only=True)
 
 
 class ChatStore(ChatLibrary):
@@ -162,7 +167,7 @@ class ChatStore(ChatLibrary):
     """
 
     SCHEMA_NAME = "webapp_chats"
-    SCHEMA_VERSION = 11
+    SCHEMA_VERSION = 12
     SCHEMA_SQL = (
         SQLITE_STORES
         + _SCHEMA
@@ -171,6 +176,7 @@ class ChatStore(ChatLibrary):
         + _SETTINGS
         + tool_approvals.SCHEMA
         + chat_users.SQLITE_SCHEMA
+        + attachments.SQLITE_SCHEMA
     )
     MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: "CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);",
@@ -189,9 +195,10 @@ class ChatStore(ChatLibrary):
         9: tool_approvals.SCHEMA,  # tools that ask first: decisions, grants, waiting runs
         # People: every chat gets an owner; accounts, sessions, failed sign-ins.
         10: chat_users.SQLITE_SCHEMA,
+        11: attachments.SQLITE_SCHEMA,  # attached files, their text's index, who holds them
     }
     # PostgreSQL started with everything above but run_inputs (its own numbering).
-    POSTGRES_SCHEMA_VERSION = 7
+    POSTGRES_SCHEMA_VERSION = 8
     POSTGRES_MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: _RUN_INPUTS,
         2: chat_search_pg.SCHEMA + chat_search_pg.REBUILD,  # no text holds the markers
@@ -199,6 +206,7 @@ class ChatStore(ChatLibrary):
         4: chat_settings.POSTGRES_RUN_SCHEMA,
         5: tool_approvals.POSTGRES_SCHEMA,
         6: chat_users.POSTGRES_SCHEMA,
+        7: attachments.POSTGRES_SCHEMA,
     }
     POSTGRES_SCHEMA_SQL = (
         POSTGRES_STORES
@@ -210,6 +218,7 @@ class ChatStore(ChatLibrary):
         + chat_settings.POSTGRES_RUN_SCHEMA
         + tool_approvals.POSTGRES_SCHEMA
         + chat_users.POSTGRES_SCHEMA
+        + attachments.POSTGRES_SCHEMA
     )
 
     def __init__(
@@ -233,6 +242,7 @@ class ChatStore(ChatLibrary):
         self.settings = chat_settings.SettingsStore(self._store)
         self.approvals = tool_approvals.ToolApprovals(self._store)
         self.users = Users(self._store, throttle)
+        self.files = attachments.FileStore(self._store)
         self.limits = limits or Limits()
 
     async def close(self) -> None:
@@ -317,6 +327,8 @@ class ChatStore(ChatLibrary):
                     "INSERT INTO run_inputs (run_id, chat_id, input) VALUES (?, ?, ?)",
                     (new.run_id, chat_id, new.input),
                 )
+            if new.attachments:
+                await attachments.store_files(tx, chat_id, run, new.attachments, new.files)
             title = new.rename or new.title
             started = await tx.execute(
                 "UPDATE chats SET active_run_id = ?, stop_requested_run_id = NULL, "
@@ -442,6 +454,7 @@ class ChatStore(ChatLibrary):
                 await append_segments(tx, chat.id, [moved])
                 parent = run_id
             await chat_settings.copy_chat(tx, chat_id, chat.id)
+            await attachments.copy_links(tx, chat_id, chat.id)
             return chat
 
         return await self._store.write(copy)

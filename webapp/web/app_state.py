@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
+from webapp.chats.intake import Intake
 from webapp.chats.store import ChatStore
 from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.session import Session
@@ -39,6 +40,7 @@ class WebApp:
     model_description: str
     models: ChatModels  # each chat's model and instructions, and the models on offer
     auth: AuthSettings = field(default_factory=AuthSettings)  # who may sign in, and how
+    intake: Intake | None = None  # reads the files a message brings (SPEC §14)
 
 
 def web(request: Request) -> WebApp:

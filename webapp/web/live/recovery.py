@@ -24,7 +24,7 @@ from webapp.transcript import Entry, drop_dangling_tool_calls
 from webapp.web.live.followers import publish_start
 from webapp.web.live.host import RunHost
 from webapp.web.live.reply import ReplyView, reply_from_entries, split_run
-from webapp.web.live.run_state import RunState
+from webapp.web.live.run_state import RunState, run_input
 
 logger = logging.getLogger("webapp.web.live.recovery")
 
@@ -86,6 +86,7 @@ class Recovery:
                 # The crash came before the run's first checkpoint: start it again.
                 logger.info("chat %s: restarting run %s from its input", chat_id, run_id)
                 state = runs.new_state(chat_id, run_id, text, ReplyView(run_id), epoch)
+                state.input_attachments = await runs.store.files.run_attachments(run_id)
                 state.from_input = True
                 state.agent = await runs.agent_for(chat_id)
                 return state
@@ -113,6 +114,8 @@ class Recovery:
             state = runs.continuing(chat.id, run_id, reply, epoch)
         else:
             state = runs.new_state(chat.id, run_id, text, reply, epoch)
+            user, _ = split_run(snapshot.entries)
+            state.input_attachments = user.attachments if user is not None else ()
         state.agent = await runs.agent_for(chat.id)
         return state
 
@@ -142,7 +145,7 @@ class Recovery:
         await publish_start(runs.cluster, state)
         if state.from_input:  # it never saved a checkpoint: it starts from its input again
             options = CheckpointOptions(runs.checkpointer, state.run_id, if_run_exists="fail")
-            runs.launch(state, state.input_text, options, runs.session)
+            runs.launch(state, run_input(state), options, runs.session)
             return
         options = CheckpointOptions(runs.checkpointer, state.run_id, if_run_exists="resume_only")
         runs.launch(state, [], options, runs.session)

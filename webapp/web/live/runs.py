@@ -76,7 +76,7 @@ from webapp.web.live.reply import (
     reply_from_entries,
     split_run,
 )
-from webapp.web.live.run_state import DONE, REASONING, TEXT, TOOL, Ending, RunState
+from webapp.web.live.run_state import DONE, REASONING, TEXT, TOOL, Ending, RunState, run_input
 
 logger = logging.getLogger("webapp.web.live.runs")
 
@@ -207,13 +207,14 @@ class RunManager:
             state = self.new_state(chat_id, new.run_id, text, ReplyView(new.run_id))
         else:
             state = self.continuing(chat_id, new.run_id, continues)
+        state.input_attachments = new.attachments if continues is None else ()
         # A new run: nobody else can hold its lease.
         await self.cluster.claim(state.run_id, chat_id, state.epoch)
         await publish_start(self.cluster, state)
         state.agent = agent
         # Not deleted on success: `end_run` drops the checkpoint with the chat's own update.
         options = CheckpointOptions(self.checkpointer, new.run_id, if_run_exists="fail")
-        self.launch(state, [] if continues is not None else text, options, self.session)
+        self.launch(state, [] if continues is not None else run_input(state), options, self.session)
         return state, begun
 
     def continuing(
@@ -380,7 +381,7 @@ class RunManager:
             meta = {"status": "failed", "error": self.redact(str(error) or type(error).__name__)}
         if state.continues is None and (not entries or not isinstance(entries[0], UserEntry)):
             # Refused before its first save: keep the user's message anyway.
-            entries = [UserEntry(state.input_text), *entries]
+            entries = [UserEntry(state.input_text, state.input_attachments), *entries]
         kept = await self.store_ended(chat_id, run_id, entries, meta, state.continues)
         status: ReplyStatus = "stopped" if isinstance(event, RunCancelled) else "failed"
         return reply_from_entries(state.continues or run_id, kept[1:], status, meta=meta)
