@@ -129,9 +129,13 @@ def _addresses_a_chat(app: Starlette, method: str, path: str) -> bool:
 
 
 async def _alice_makes_chats(client: WebClient, alice: httpx.AsyncClient) -> dict[str, str]:
-    """Chats with versions, a stopped reply and a reply still streaming."""
+    """Chats with versions (and an attached file), a stopped reply and a reply still
+    streaming."""
     versions, stopped, live = await new_chat(alice), await new_chat(alice), await new_chat(alice)
-    await alice.post(f"/chats/{versions}/messages", data={"text": f"first {SECRET}"})
+    attached = [("files", ("notes.txt", f"notes {SECRET}".encode(), "text/plain"))]
+    await alice.post(
+        f"/chats/{versions}/messages", data={"text": f"first {SECRET}"}, files=attached
+    )
     await client.wait_idle(versions)
     await alice.post(f"/chats/{versions}/messages", data={"text": f"second {SECRET}"})
     await client.wait_idle(versions)
@@ -161,6 +165,7 @@ async def _alices_rows(client: WebClient, chat_ids: list[str]) -> list[object]:
         ("session_segments", "session_id"),
         ("sends", "chat_id"),
         ("run_inputs", "chat_id"),
+        ("message_files", "chat_id"),
     ):
         got = await rows(client.db, f"SELECT * FROM {table} WHERE {column} IN ({marks})", *chat_ids)
         found.append(sorted(map(repr, got)))

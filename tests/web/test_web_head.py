@@ -7,6 +7,7 @@ HEAD response would still carry the body Starlette hands the server to drop.
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -64,7 +65,10 @@ async def test_every_get_route_answers_head_like_get_without_a_body(tmp_path: Pa
     app = create_app(tmp_path / "chat.db", model=ScriptedModel(["short"]))
     async with serve(app) as base, httpx.AsyncClient(base_url=base, timeout=10) as http:
         chat_id = (await http.post("/chats")).headers["location"].rsplit("/", 1)[1]
-        await http.post(f"/chats/{chat_id}/messages", data={"text": "hi"})
+        # With a file: its download is a GET route too (SPEC §14).
+        note = {"files": ("note.txt", b"a note", "text/plain")}
+        sent = await http.post(f"/chats/{chat_id}/messages", data={"text": "hi"}, files=note)
+        assert sent.status_code < 400, sent.text
 
         async def finished() -> str:
             while True:
@@ -74,7 +78,9 @@ async def test_every_get_route_answers_head_like_get_without_a_body(tmp_path: Pa
                 await asyncio.sleep(0.02)
 
         run_id = await asyncio.wait_for(finished(), 10)
-        params = {"chat_id": chat_id, "run_id": run_id}
+        page = (await http.get(f"/chats/{chat_id}")).text
+        (file_id,) = set(re.findall(rf"/chats/{chat_id}/files/([0-9a-f]+)", page))
+        params = {"chat_id": chat_id, "run_id": run_id, "file_id": file_id}
         paths = []
         for route in app.routes:
             if isinstance(route, Mount):

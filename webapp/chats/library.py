@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from webapp.chats import file_format, tool_approvals
+from webapp.chats import attachments, file_format, tool_approvals
 from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
 from webapp.chats.db import ChatDatabase, Dialect, Tx
+from webapp.chats.file_export import ExportedFile
 from webapp.chats.file_format import ChatFile
 from webapp.chats.search import SearchHit
 from webapp.chats.users import Owner, delete_account
@@ -28,14 +30,15 @@ CHAT_COLUMNS = (
 
 # What a run in flight resumes from, dropped with it: its checkpoint, the input it
 # was started with (`begin_run` writes it with the run, before the run's first
-# checkpoint can exist), whether it waits for a tool approval, and the text its turn in
-# flight streamed (webapp.stores.streamed).
+# checkpoint can exist), whether it waits for a tool approval, the text its turn in
+# flight streamed (webapp.stores.streamed), and the attachments it was started with.
 CHECKPOINT_TABLES = (
     "checkpoint_heads",
     "checkpoint_entries",
     "run_inputs",
     "paused_runs",
     "checkpoint_partials",
+    "run_files",
 )
 
 
@@ -80,6 +83,7 @@ async def _remove_chat(tx: Tx, chat_id: str, run_ids: list[str]) -> bool:
     await tx.execute("DELETE FROM chat_runs WHERE chat_id = ?", (chat_id,))
     await tx.execute("DELETE FROM sends WHERE chat_id = ?", (chat_id,))
     await tool_approvals.forget_chat(tx, chat_id)
+    await attachments.forget_chat(tx, chat_id)
     return await tx.execute("DELETE FROM chats WHERE id = ?", (chat_id,)) > 0
 
 
@@ -154,17 +158,38 @@ class ChatLibrary:
 
     async def export(self, owner: Owner, chat_id: str) -> ChatFile | None:
         async def read(tx: Tx) -> ChatFile | None:
-            return (
+            found = (
                 await file_format.read_chat(tx, chat_id) if await owns(tx, owner, chat_id) else None
             )
+            if found is None:
+                return None
+            files = [
+                ExportedFile(f.id, f.name, f.media_type, f.data)
+                for f in await attachments.chat_files(tx, chat_id)
+            ]
+            return replace(found, files=files)
 
         return await self._store.read(read)
 
-    async def import_chat(self, owner: Owner, chat: ChatFile) -> str:
-        """A validated chat file as a new chat of ``owner``, in one transaction; returns its id."""
+    async def import_chat(
+        self, owner: Owner, chat: ChatFile, files: Sequence[attachments.NewFile] = ()
+    ) -> str:
+        """A validated chat file as a new chat of ``owner``, with the ``files`` read from
+        it, in one transaction; returns its id."""
 
         async def store(tx: Tx) -> str:
             chat_id = await file_format.store_import(tx, chat)
+            await attachments.store_new(tx, files)
+            await attachments.link(
+                tx,
+                chat_id,
+                [
+                    a
+                    for run in chat.runs
+                    for e in run.entries
+                    for a in getattr(e, "attachments", ())
+                ],
+            )
             await tx.execute("UPDATE chats SET user_id = ? WHERE id = ?", (owner.user_id, chat_id))
             return chat_id
 

@@ -18,8 +18,10 @@ from dataclasses import replace
 
 from webapp.chats.store import ChatStore
 from webapp.mcp_servers import McpServers
+from webapp.models.attached import FileContents, WithAttachments
 from webapp.models.long_results import CutLongResults
 from webapp.runtime.agent import Agent
+from webapp.runtime.model import Model
 from webapp.runtime.tool import Tool
 from webapp.web.api.caller_tools import caller_tools
 from webapp.web.chat_models import ChatModels
@@ -34,11 +36,13 @@ class ChatAgents:
         servers: McpServers | None,
         store: ChatStore,
         models: ChatModels | None = None,
+        files: FileContents | None = None,
     ) -> None:
         self.base = base
         self.servers = servers  # None: no config file, or one with no MCP servers
         self.store = store
         self.models = models  # the chat's model and instructions (None: the base agent's)
+        self.files = files  # what a user message's attachments hold, for the model
 
     @property
     def builtin_tools(self) -> Sequence[Tool]:
@@ -58,5 +62,7 @@ class ChatAgents:
         agent = replace(self.base, tools=tools)
         if self.models is not None:
             agent = await self.models.apply(agent, chat_id)
-        model = CutLongResults(agent.model) if agent.model is not None else None
+        model: Model | None = CutLongResults(agent.model) if agent.model is not None else None
+        if model is not None and self.files is not None:
+            model = WithAttachments(model, self.files)  # images and documents, as sent (§14)
         return replace(agent, model=model)

@@ -33,6 +33,8 @@ from starlette.staticfiles import StaticFiles
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from webapp.chats.db import is_postgres
+from webapp.chats.file_context import FileContext
+from webapp.chats.intake import AttachmentLimits, Intake
 from webapp.chats.limits import Limits
 from webapp.chats.store import ChatStore
 from webapp.chats.users import ThrottlePolicy
@@ -80,6 +82,7 @@ from webapp.web.views import (
     accounts,
     admin,
     api_keys,
+    attachments,
     chat_files,
     chats,
     messages,
@@ -168,6 +171,12 @@ def routes(
             name="export_json",
         ),
         Route(
+            "/chats/{chat_id}/files/{file_id}",
+            attachments.download,
+            methods=["GET"],
+            name="attachment",
+        ),
+        Route(
             "/chats/{chat_id}/delete", chats.delete_confirm, methods=["GET"], name="delete_confirm"
         ),
         Route("/chats/{chat_id}/delete", chats.delete, methods=["POST"], name="delete"),
@@ -249,6 +258,7 @@ def create_app(
     db_pool_size: int = DEFAULT_POOL_SIZE,
     api_orphan_seconds: float = 30.0,
     idempotency_hours: float = 24.0,
+    attachment_limits: AttachmentLimits | None = None,
 ) -> Starlette:
     """The chat app over one SQLite file, or a PostgreSQL database (``db_path`` a
     ``postgresql://`` URL) shared with other processes.
@@ -268,6 +278,8 @@ def create_app(
     ``allowed_hosts``: host names the Host header may carry (None: any).
     ``templates_dir`` / ``static_dir``: default to the installed templates and static
     files, or the checkout's (see `webapp.web.assets`).
+    ``attachment_limits``: the limits on attached files and on how much of their text a
+    model is sent (`webapp.chats.intake.AttachmentLimits`; the defaults without it).
     ``config``: the config file's settings (`webapp.config.load_config`): its MCP servers
     are started with the app, and their tools offered to every chat (SPEC §11).
     ``lease_seconds``: with other processes on PostgreSQL, how long a run's lease lasts
@@ -324,6 +336,7 @@ def create_app(
         max_turns,
         config or AppConfig(),
         lease,
+        attachment_limits or AttachmentLimits(),
     )
     api = ApiService(
         chats=state.chats,
@@ -386,6 +399,7 @@ def _build_state(
     max_turns: int,
     config: AppConfig,
     lease: LeaseTimes,
+    attachment_limits: AttachmentLimits,
 ) -> WebApp:
     """Every part, built bottom-up in one pass: stores, fragments, runs, chat operations."""
     secrets = [s for s in redact if s]
@@ -413,7 +427,8 @@ def _build_state(
     fragments = Fragments(templates)
     chat_models = ChatModels(store=store, registry=models, agent=agent)
     servers = McpServers(config.mcp_servers) if config.mcp_servers else None
-    agents = ChatAgents(agent, servers, store, chat_models)
+    files = FileContext(store.files, attachment_limits.context_chars)
+    agents = ChatAgents(agent, servers, store, chat_models, files)
     runs = RunManager(
         agent=agent,
         agent_for=agents.chat_agent,  # its tools, grants, model and instructions
@@ -446,6 +461,7 @@ def _build_state(
         model_description=models.description() if models.names() else agent.name,
         models=chat_models,
         health=health,
+        intake=Intake(store.files, attachment_limits),
     )
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 
+from webapp.chats.intake import Intake
 from webapp.chats.store import ChatStore
 from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.session import Session
@@ -46,6 +47,7 @@ class WebApp:
     health: Health  # readiness and the metrics (SPEC §17, webapp.web.operations)
     auth: AuthSettings = field(default_factory=AuthSettings)  # who may sign in, and how
     api: ApiService | None = None  # the OpenAI-compatible API (SPEC §16)
+    intake: Intake | None = None  # reads the files a message brings (SPEC §14)
 
 
 def web(request: Request) -> WebApp:

@@ -23,6 +23,7 @@ from dataclasses import asdict
 from typing import Any
 
 from webapp.stores.cluster import Cluster, EventRow
+from webapp.transcript import Attachment
 from webapp.usage import Usage
 from webapp.web.live.reply import ReplyView, ToolCard
 from webapp.web.live.run_state import DONE, REASONING, TEXT, TOOL, RunState
@@ -56,6 +57,7 @@ async def publish_start(cluster: Cluster, state: RunState) -> None:
     start = {
         "chat_id": state.chat_id,
         "input": state.input_text,
+        "attachments": [asdict(a) for a in state.input_attachments],
         "continues": state.continues,
         "reply": reply_to_json(state.reply),
     }
@@ -117,6 +119,9 @@ class Followers:
         )
         state.follower = True
         state.continues = start["continues"]
+        state.input_attachments = tuple(
+            Attachment.from_dict(a) for a in start.get("attachments", ())
+        )
         self._apply(state, rows[1:])
         self._states[run_id] = state
         return state

@@ -28,7 +28,7 @@ from webapp.transcript import Entry, drop_dangling_tool_calls
 from webapp.web.live.followers import publish_start
 from webapp.web.live.host import RunHost
 from webapp.web.live.reply import ReplyView, reply_from_entries, split_run
-from webapp.web.live.run_state import REASONING, TEXT, RunState
+from webapp.web.live.run_state import REASONING, TEXT, RunState, run_input
 
 logger = logging.getLogger("webapp.web.live.recovery")
 
@@ -90,6 +90,7 @@ class Recovery:
                 # The crash came before the run's first checkpoint: start it again.
                 logger.info("chat %s: restarting run %s from its input", chat_id, run_id)
                 state = runs.new_state(chat_id, run_id, text, ReplyView(run_id), epoch)
+                state.input_attachments = await runs.store.files.run_attachments(run_id)
                 state.from_input = True
                 state.agent = await runs.agent_for(chat_id)
                 return state
@@ -119,6 +120,8 @@ class Recovery:
             state = runs.continuing(chat.id, run_id, reply, epoch)
         else:
             state = runs.new_state(chat.id, run_id, text, reply, epoch)
+            user, _ = split_run(snapshot.entries)
+            state.input_attachments = user.attachments if user is not None else ()
         if turn is not None:  # the run goes on with that text: its deltas join it
             state.new_turn.discard(TEXT)
             if turn.reasoning:
@@ -153,7 +156,7 @@ class Recovery:
         runs.drop_follower(state.run_id)  # pages that followed the dead attempt: show this one
         if state.from_input:  # it never saved a checkpoint: it starts from its input again
             options = CheckpointOptions(runs.checkpointer, state.run_id, if_run_exists="fail")
-            runs.launch(state, state.input_text, options, runs.session)
+            runs.launch(state, run_input(state), options, runs.session)
             return
         options = CheckpointOptions(runs.checkpointer, state.run_id, if_run_exists="resume_only")
         runs.launch(state, [], options, runs.session)

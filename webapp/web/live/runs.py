@@ -78,7 +78,7 @@ from webapp.web.live.reply import (
     split_run,
 )
 from webapp.web.live.run_end import NoObserver, RunObserver, retried
-from webapp.web.live.run_state import DONE, REASONING, TEXT, TOOL, Ending, RunState
+from webapp.web.live.run_state import DONE, REASONING, TEXT, TOOL, Ending, RunState, run_input
 
 logger = logging.getLogger("webapp.web.live.runs")
 
@@ -227,13 +227,14 @@ class RunManager:
             state = self.new_state(chat_id, new.run_id, text, ReplyView(new.run_id))
         else:
             state = self.continuing(chat_id, new.run_id, continues)
+        state.input_attachments = new.attachments if continues is None else ()
         # A new run: nobody else can hold its lease.
         await self.cluster.claim(state.run_id, chat_id, state.epoch)
         await publish_start(self.cluster, state)
         state.agent = agent
         # Not deleted on success: `end_run` drops the checkpoint with the chat's own update.
         options = CheckpointOptions(self.checkpointer, new.run_id, if_run_exists="fail")
-        given: str | list[Entry] = text if entries is None else entries
+        given: str | list[Entry] = run_input(state) if entries is None else entries
         self.launch(state, [] if continues is not None else given, options, self.session)
         return state, begun
 
@@ -391,7 +392,11 @@ class RunManager:
         """Its outcome could not be recorded: release the chat, the run marked failed
         (`webapp.web.live.run_end`); if even that fails, the next start recovers it."""
         meta = {"status": "failed", "error": self.redact(reason)}
-        kept: list[Entry] = [UserEntry(state.input_text)] if state.continues is None else []
+        kept: list[Entry] = (
+            [UserEntry(state.input_text, state.input_attachments)]
+            if state.continues is None
+            else []
+        )
         try:
             with self.cluster.fenced(state.run_id, state.epoch):
                 await retried(
@@ -426,7 +431,7 @@ class RunManager:
             meta = {"status": "failed", "error": self.redact(str(error) or type(error).__name__)}
         if state.continues is None and (not entries or not isinstance(entries[0], UserEntry)):
             # Refused before its first save: keep the user's message anyway.
-            entries = [UserEntry(state.input_text), *entries]
+            entries = [UserEntry(state.input_text, state.input_attachments), *entries]
         kept = await self.store_ended(chat_id, run_id, entries, meta, state.continues)
         status: ReplyStatus = "stopped" if isinstance(event, RunCancelled) else "failed"
         return reply_from_entries(state.continues or run_id, kept[1:], status, meta=meta)
