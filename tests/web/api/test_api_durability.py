@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -20,9 +21,9 @@ PIECES = [f"word{i} " for i in range(30)]
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "Count"}], "stream": True}
 
 
-def slow_reply(pause: float) -> Reply:
+def slow_reply(pause: float, pieces: list[str] = PIECES) -> Reply:
     body: list[str | float] = [chunk({"role": "assistant", "content": ""})]
-    for piece in PIECES:
+    for piece in pieces:
         body += [chunk({"content": piece}), pause]
     body += [chunk({}, "stop"), usage_chunk(5, 30), sse("[DONE]")]
     return Reply(body=body)
@@ -62,12 +63,19 @@ def read_some(base: str, headers: dict[str, str] | None = None) -> tuple[str, st
 
 @pytest.mark.slow
 def test_a_stream_resumes_after_kill_9_and_a_restart(tmp_path: Path, upstream: ChatServer):
-    upstream.script += [slow_reply(0.1), slow_reply(0.02)]  # the first, then its resume
+    upstream.script.append(slow_reply(0.1))
     db, port, log = tmp_path / "chat.db", free_port(), tmp_path / "server.log"
     with serve(db, upstream, port=port, log=log) as (base, proc):
         run_id, before, last = read_some(base, {"Idempotency-Key": "crash"})
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=5)
+    # The resume goes on from the text the run had saved (SPEC §6): the endpoint, asked
+    # to continue it, streams the rest.
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT text FROM checkpoint_partials ORDER BY turn, idx").fetchall()
+    saved = "".join(r[0] for r in rows)
+    assert "".join(PIECES).startswith(saved)
+    upstream.script.append(slow_reply(0.02, PIECES[len(re.findall(r"\S+\s*", saved)) :]))
     with serve(db, upstream, port=port, log=log) as (base, _):
         rest = httpx.get(
             f"{base}/v1/runs/{run_id}/events", headers={"Last-Event-ID": last}, timeout=60
