@@ -57,6 +57,8 @@ def _regenerated_calculation(page: Page) -> str:
     expect(first).not_to_have_attribute("data-run-id", old)
     wait_status(page, "completed", index=0)
     expect_version(first, 2, 2)
+    # Copy shows once htmx has processed the swapped-in reply (app.js): read the page then.
+    expect(button(first, "Copy")).to_be_visible()
     return chat_url
 
 
