@@ -262,7 +262,7 @@ async def _per_person_routes_show_only_bobs_own(
     client: WebClient, alice: httpx.AsyncClient, bob: httpx.AsyncClient, theirs: list[str]
 ) -> None:
     home = parse_html((await bob.get("/", headers=HTML)).text)
-    listed = {a.attrs["href"] for a in home.find("nav").find_all("a")}
+    listed = {a.attrs["href"] for a in home.find("nav", aria_label="Chats").find_all("a")}
     assert not listed & {f"/chats/{c}" for c in theirs} and len(listed) == 1
     for headers in (HTML, HX):
         found = await bob.get("/search", params={"q": SECRET}, headers=headers)

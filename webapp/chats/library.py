@@ -9,12 +9,13 @@ caller above can forget the check (SPEC §13).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from webapp.chats import file_format, tool_approvals
+from webapp.chats import file_format, share_rows, tool_approvals
 from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
 from webapp.chats.db import ChatDatabase, Dialect, Tx
@@ -72,6 +73,7 @@ async def _remove_chat(tx: Tx, chat_id: str, run_ids: list[str]) -> bool:
     await tx.execute("DELETE FROM chat_runs WHERE chat_id = ?", (chat_id,))
     await tx.execute("DELETE FROM sends WHERE chat_id = ?", (chat_id,))
     await tool_approvals.forget_chat(tx, chat_id)
+    await share_rows.forget_chat(tx, chat_id)  # its link goes with it, at once
     return await tx.execute("DELETE FROM chats WHERE id = ?", (chat_id,)) > 0
 
 
@@ -138,9 +140,16 @@ class ChatLibrary:
 
     async def export(self, owner: Owner, chat_id: str) -> ChatFile | None:
         async def read(tx: Tx) -> ChatFile | None:
-            return (
-                await file_format.read_chat(tx, chat_id) if await owns(tx, owner, chat_id) else None
+            if not await owns(tx, owner, chat_id):
+                return None
+            found = await file_format.read_chat(tx, chat_id)
+            if found is None:
+                return None
+            project = await tx.fetch(
+                "SELECT p.name FROM chats c JOIN projects p ON p.id = c.project_id WHERE c.id = ?",
+                (chat_id,),
             )
+            return dataclasses.replace(found, project=str(project[0][0])) if project else found
 
         return await self._store.read(read)
 
@@ -150,6 +159,16 @@ class ChatLibrary:
         async def store(tx: Tx) -> str:
             chat_id = await file_format.store_import(tx, chat)
             await tx.execute("UPDATE chats SET user_id = ? WHERE id = ?", (owner.user_id, chat_id))
+            if chat.project:  # into the importer's project of that name, if there is one
+                where, params = owner.condition()
+                found = await tx.fetch(
+                    f"SELECT id FROM projects WHERE name = ?{where} ORDER BY created_at, id LIMIT 1",
+                    (chat.project, *params),
+                )
+                if found:
+                    await tx.execute(
+                        "UPDATE chats SET project_id = ? WHERE id = ?", (found[0][0], chat_id)
+                    )
             return chat_id
 
         return await self._store.write(store)
@@ -189,6 +208,7 @@ class ChatLibrary:
                 )
                 run_ids = [str(r[0]) for r in runs] + ([str(active)] if active else [])
                 await _remove_chat(tx, chat_id, run_ids)
+            await tx.execute("DELETE FROM projects WHERE user_id = ?", (user_id,))
             await delete_account(tx, user_id)
             return len(chats)
 

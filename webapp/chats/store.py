@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Self
 
 from webapp.chats import limits as chat_limits
+from webapp.chats import projects as chat_projects
+from webapp.chats import share_rows
 from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
 from webapp.chats import settings as chat_settings
@@ -41,7 +43,9 @@ from webapp.chats.library import chat_from_row as _chat
 from webapp.chats.library import delete_checkpoints as _delete_checkpoints
 from webapp.chats.limits import Limits
 from webapp.chats.pages import Page, read_page
+from webapp.chats.projects import Projects
 from webapp.chats.session_rows import append_segments, cut_segments, shown_segment, stored_segments
+from webapp.chats.shares import Shares
 from webapp.chats.tree import Tree
 from webapp.chats.users import EVERY_CHAT, Owner, ThrottlePolicy, Users
 from webapp.stores.codec import StoredSegment
@@ -93,6 +97,8 @@ CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);
 )
 
 _SETTINGS = chat_settings.SCHEMA + chat_settings.RUN_SCHEMA
+_SHARES_AND_PROJECTS = share_rows.SCHEMA + chat_projects.SCHEMA
+_POSTGRES_SHARES_AND_PROJECTS = share_rows.POSTGRES_SCHEMA + chat_projects.POSTGRES_SCHEMA
 
 
 class ChatBusyError(RuntimeError):
@@ -162,7 +168,7 @@ class ChatStore(ChatLibrary):
     """
 
     SCHEMA_NAME = "webapp_chats"
-    SCHEMA_VERSION = 11
+    SCHEMA_VERSION = 12
     SCHEMA_SQL = (
         SQLITE_STORES
         + _SCHEMA
@@ -171,6 +177,7 @@ class ChatStore(ChatLibrary):
         + _SETTINGS
         + tool_approvals.SCHEMA
         + chat_users.SQLITE_SCHEMA
+        + _SHARES_AND_PROJECTS
     )
     MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: "CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);",
@@ -189,9 +196,10 @@ class ChatStore(ChatLibrary):
         9: tool_approvals.SCHEMA,  # tools that ask first: decisions, grants, waiting runs
         # People: every chat gets an owner; accounts, sessions, failed sign-ins.
         10: chat_users.SQLITE_SCHEMA,
+        11: _SHARES_AND_PROJECTS,  # share links and projects (SPEC §15)
     }
     # PostgreSQL started with everything above but run_inputs (its own numbering).
-    POSTGRES_SCHEMA_VERSION = 7
+    POSTGRES_SCHEMA_VERSION = 8
     POSTGRES_MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: _RUN_INPUTS,
         2: chat_search_pg.SCHEMA + chat_search_pg.REBUILD,  # no text holds the markers
@@ -199,6 +207,7 @@ class ChatStore(ChatLibrary):
         4: chat_settings.POSTGRES_RUN_SCHEMA,
         5: tool_approvals.POSTGRES_SCHEMA,
         6: chat_users.POSTGRES_SCHEMA,
+        7: _POSTGRES_SHARES_AND_PROJECTS,
     }
     POSTGRES_SCHEMA_SQL = (
         POSTGRES_STORES
@@ -210,6 +219,7 @@ class ChatStore(ChatLibrary):
         + chat_settings.POSTGRES_RUN_SCHEMA
         + tool_approvals.POSTGRES_SCHEMA
         + chat_users.POSTGRES_SCHEMA
+        + _POSTGRES_SHARES_AND_PROJECTS
     )
 
     def __init__(
@@ -233,6 +243,8 @@ class ChatStore(ChatLibrary):
         self.settings = chat_settings.SettingsStore(self._store)
         self.approvals = tool_approvals.ToolApprovals(self._store)
         self.users = Users(self._store, throttle)
+        self.shares = Shares(self._store)
+        self.projects = Projects(self._store)
         self.limits = limits or Limits()
 
     async def close(self) -> None:

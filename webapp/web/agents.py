@@ -2,7 +2,7 @@
 
 `ChatAgents.chat_agent` is the one place that decides what a chat's run gets:
 the app's agent (its built-in tools), the chat's model and instructions
-(`webapp.web.chat_models`), the tools of the MCP servers connected right now
+(`webapp.web.chat_models`), its project's instructions before them (SPEC §15), the tools of the MCP servers connected right now
 (SPEC §11: a server that is down offers nothing until it is back), and the
 chat's **Always allow** grants, which turn those tools' "ask" into "allow". It is read again at every start and every
 resume, so a grant or a server that came back counts from the next step on.
@@ -13,13 +13,14 @@ so (`webapp.models.long_results`); the user sees the whole result.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
 from webapp.chats.store import ChatStore
 from webapp.mcp_servers import McpServers
 from webapp.models.long_results import CutLongResults
-from webapp.runtime.agent import Agent
+from webapp.runtime.agent import Agent, Instructions, RunContext
 from webapp.runtime.tool import Tool
 from webapp.web.chat_models import ChatModels
 
@@ -54,5 +55,33 @@ class ChatAgents:
         agent = replace(self.base, tools=tools)
         if self.models is not None:
             agent = await self.models.apply(agent, chat_id)
+        agent = await self._in_project(agent, chat_id)
         model = CutLongResults(agent.model) if agent.model is not None else None
         return replace(agent, model=model)
+
+    async def _in_project(self, agent: Agent, chat_id: str) -> Agent:
+        """The chat's project's instructions, if any, before the chat's own (SPEC §15)."""
+        project = await self.store.projects.project_of(chat_id)
+        if project is None or not project.instructions.strip():
+            return agent
+        own = agent.instructions
+        if isinstance(own, str):
+            return replace(agent, instructions=_joined(project.instructions, own))
+        composed: Instructions = _Prefixed(project.instructions, own)
+        return replace(agent, instructions=composed)
+
+
+def _joined(first: str, then: str) -> str:
+    return f"{first.strip()}\n\n{then}" if then.strip() else first.strip()
+
+
+class _Prefixed:
+    """Dynamic instructions (a callable) with the project's in front of them."""
+
+    def __init__(self, first: str, then: Callable[[RunContext], str | Awaitable[str]]) -> None:
+        self.first = first
+        self.then = then
+
+    async def __call__(self, context: RunContext) -> str:
+        then = self.then(context)
+        return _joined(self.first, await then if inspect.isawaitable(then) else then)

@@ -71,7 +71,18 @@ from webapp.web.live.local_cluster import LocalCluster
 from webapp.web.live.runs import RunManager
 from webapp.web.security import SecurityMiddleware
 from webapp.web.templating import Templates, by_name
-from webapp.web.views import accounts, admin, chat_files, chats, messages, search, stream, tools
+from webapp.web.views import (
+    accounts,
+    admin,
+    chat_files,
+    chats,
+    messages,
+    projects,
+    search,
+    shares,
+    stream,
+    tools,
+)
 from webapp.web.views import models as model_views
 from webapp.web.views.responses import ERROR_TITLES, http_exception
 
@@ -171,8 +182,49 @@ def routes(
             methods=["POST"],
             name="refresh_models",
         ),
+        *share_routes(),
+        *project_routes(),
         *account_routes(auth or AuthSettings()),
         Mount("/static", StaticFiles(directory=static_dir), name="static"),
+    ]
+
+
+def share_routes() -> list[Route]:
+    """Share links (SPEC §15): the owner's page and actions, and the shared page."""
+    return [
+        Route("/chats/{chat_id}/share", shares.share_page, methods=["GET"], name="share_page"),
+        Route("/chats/{chat_id}/share", shares.publish, methods=["POST"], name="share"),
+        Route(
+            "/chats/{chat_id}/share/revoke", shares.revoke, methods=["POST"], name="revoke_share"
+        ),
+        Route("/s/{token}", shares.shared, methods=["GET"], name="shared"),
+        Route(
+            "/s/{token}/continue", shares.continue_shared, methods=["POST"], name="continue_shared"
+        ),
+    ]
+
+
+def project_routes() -> list[Route]:
+    """Projects (SPEC §15), and moving a chat into or out of one."""
+    by_id = "/projects/{project_id}"
+    return [
+        Route("/projects", projects.new_project, methods=["POST"], name="new_project"),
+        Route(by_id, projects.project_page, methods=["GET"], name="project"),
+        Route(
+            f"{by_id}/chats",
+            projects.new_chat_in_project,
+            methods=["POST"],
+            name="new_project_chat",
+        ),
+        Route(
+            f"{by_id}/instructions",
+            projects.save_instructions,
+            methods=["POST"],
+            name="project_instructions",
+        ),
+        Route(f"{by_id}/rename", projects.rename_project, methods=["POST"], name="rename_project"),
+        Route(f"{by_id}/delete", projects.delete_project, methods=["POST"], name="delete_project"),
+        Route("/chats/{chat_id}/project", projects.move_chat, methods=["POST"], name="move_chat"),
     ]
 
 
@@ -298,7 +350,11 @@ def create_app(
     app.add_middleware(Gate, settings=auth, routes=app.routes)
     app.add_middleware(AuthenticationMiddleware, backend=_backend(auth, state), on_error=refused)
     app.add_middleware(
-        SecurityMiddleware, token=token, render_error=render_error, allowed_hosts=allowed_hosts
+        SecurityMiddleware,
+        token=token,
+        render_error=render_error,
+        allowed_hosts=allowed_hosts,
+        public=auth.public_path,
     )
     if auth.trusted_proxies:
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=list(auth.trusted_proxies))

@@ -65,7 +65,11 @@ class Gate:
             await self.app(scope, receive, send)
 
     def _open(self, path: str) -> bool:
-        return path.startswith("/static/") or path in self.open_paths
+        return (
+            path.startswith("/static/")
+            or path in self.open_paths
+            or self.settings.public_path(path)
+        )
 
     def _anonymous(self, request: Request) -> Response:
         if self.settings.mode == "header":
