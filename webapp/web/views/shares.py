@@ -74,7 +74,7 @@ async def _page(request: Request) -> SharedPage | None:
     if not _sharing(request):
         return None
     raw = request.query_params.get("before") or ""
-    before = int(raw) if raw.isdigit() and len(raw) < 18 else None
+    before = int(raw) if raw.isdigit() and len(raw) < 10 else None
     if raw and before is None:
         return None
     return await web(request).store.shares.page(
