@@ -340,7 +340,9 @@ async def test_chats_from_before_accounts_go_to_the_first_admin(
     root = await after.web.store.users.find("root")
     assert owners == {chat_id: root.id for chat_id in old}
     async with person(after.app, "root") as http:
-        listed = parse_html((await http.get("/", headers=HTML)).text).find("nav", aria_label="Chats")
+        listed = parse_html((await http.get("/", headers=HTML)).text).find(
+            "nav", aria_label="Chats"
+        )
         links = {a.attrs["href"] for a in listed.find_all("a")}
         assert {f"/chats/{c}" for c in old} <= links
     async with person(after.app, "second") as http:

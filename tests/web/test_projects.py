@@ -62,7 +62,9 @@ async def test_a_project_keeps_chats_and_gives_them_its_instructions(
     assert agent.instructions == "Be terse.\n\nSay hi."
 
     # Out of the project (the select's empty choice), and in again.
-    assert (await http.post(f"/chats/{chat_id}/project", data={"project_id": ""})).status_code == 303
+    assert (
+        await http.post(f"/chats/{chat_id}/project", data={"project_id": ""})
+    ).status_code == 303
     assert _project_chats(await _page(http, f"/projects/{project}")) == []
     assert (await client.web.agents.chat_agent(chat_id)).instructions == "Say hi."
     await http.post(f"/chats/{chat_id}/project", data={"project_id": project})

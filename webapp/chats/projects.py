@@ -149,7 +149,9 @@ class Projects:
         async def remove(tx: Tx) -> bool:
             if await owned_project(tx, owner, project_id) is None:
                 return False
-            await tx.execute("UPDATE chats SET project_id = NULL WHERE project_id = ?", (project_id,))
+            await tx.execute(
+                "UPDATE chats SET project_id = NULL WHERE project_id = ?", (project_id,)
+            )
             return await tx.execute("DELETE FROM projects WHERE id = ?", (project_id,)) > 0
 
         return await self._db.write(remove)
@@ -163,9 +165,7 @@ class Projects:
                 return False
             if project_id is not None and await owned_project(tx, owner, project_id) is None:
                 return False
-            await tx.execute(
-                "UPDATE chats SET project_id = ? WHERE id = ?", (project_id, chat_id)
-            )
+            await tx.execute("UPDATE chats SET project_id = ? WHERE id = ?", (project_id, chat_id))
             return True
 
         return await self._db.write(write)
@@ -182,4 +182,3 @@ class Projects:
             return _project(rows[0]) if rows else None
 
         return await self._db.read(select)
-

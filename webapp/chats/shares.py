@@ -21,14 +21,16 @@ import re
 import secrets
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from webapp.chats import settings as chat_settings
 from webapp.chats import tree as chat_tree
 from webapp.chats.db import ChatDatabase, Tx
 from webapp.chats.library import Chat, owns
 from webapp.chats.session_rows import append_segments, stored_segments
-from webapp.chats.share_rows import SCHEMA, POSTGRES_SCHEMA, forget_chat, forget_owner
+from webapp.chats.share_rows import POSTGRES_SCHEMA, SCHEMA, forget_chat, forget_owner
 from webapp.chats.users import Owner
 from webapp.stores.codec import StoredSegment
 from webapp.stores.session import Segment
@@ -89,9 +91,8 @@ async def _snapshot(tx: Tx, token: str, chat_id: str) -> None:
     )
 
 
-def _link(row: object) -> ShareLink:
-    token, chat_id, created_at, updated_at = row  # type: ignore[misc]
-    return ShareLink(str(token), str(chat_id), float(created_at), float(updated_at))
+def _link(row: Sequence[Any]) -> ShareLink:
+    return ShareLink(str(row[0]), str(row[1]), float(row[2]), float(row[3]))
 
 
 class Shares:

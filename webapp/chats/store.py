@@ -28,11 +28,10 @@ from typing import Any, ClassVar, Literal, Self
 
 from webapp.chats import limits as chat_limits
 from webapp.chats import projects as chat_projects
-from webapp.chats import share_rows
 from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
 from webapp.chats import settings as chat_settings
-from webapp.chats import tool_approvals
+from webapp.chats import share_rows, tool_approvals
 from webapp.chats import tree as chat_tree
 from webapp.chats import users as chat_users
 from webapp.chats.db import CLUSTER_TABLES, POSTGRES_STORES, SQLITE_STORES, Tx, open_chat_db

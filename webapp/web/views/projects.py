@@ -14,9 +14,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from webapp.chats.projects import MAX_INSTRUCTIONS_CHARS, Project, ProjectNameError
+from webapp.chats.text import message_text
 from webapp.web.app_state import web
 from webapp.web.auth import account_of, owner_of
-from webapp.chats.text import message_text
 from webapp.web.forms import FormError, byte_limit, read_fields
 from webapp.web.views.responses import NO_CHAT, error_page, redirect, refuse, to_chat
 

@@ -117,4 +117,3 @@ async def continue_shared(request: Request) -> Response:
     if chat is None:
         return error_page(request, 404, NO_LINK)
     return to_chat(request, chat.id)
-
