@@ -199,6 +199,12 @@ def share_routes() -> list[Route]:
         ),
         Route("/s/{token}", shares.shared, methods=["GET"], name="shared"),
         Route(
+            "/s/{token}/continue",
+            shares.continue_page,
+            methods=["GET"],
+            name="continue_shared_page",
+        ),
+        Route(
             "/s/{token}/continue", shares.continue_shared, methods=["POST"], name="continue_shared"
         ),
     ]

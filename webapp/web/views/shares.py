@@ -19,7 +19,14 @@ from webapp.web.app_state import web
 from webapp.web.auth import account_of, owner_of
 from webapp.web.chat_service import PAGE_RUNS
 from webapp.web.view_models import items_from_segments, render_replies
-from webapp.web.views.responses import NO_CHAT, error_page, redirect, refuse, to_chat
+from webapp.web.views.responses import (
+    NO_CHAT,
+    error_page,
+    redirect,
+    refuse,
+    sidebar_context,
+    to_chat,
+)
 
 NO_LINK = "There is no shared chat at this address. The link may have been revoked."
 SHARED_HEADERS = {"X-Robots-Tag": "noindex", "Referrer-Policy": "no-referrer"}
@@ -105,12 +112,33 @@ async def shared(request: Request) -> Response:
     return response
 
 
+async def continue_page(request: Request) -> Response:
+    """GET /s/{token}/continue: the confirm step of Continue this chat (a page of the app
+    with its usual referrer policy, so the form it posts carries the app's origin)."""
+    app = web(request)
+    page = await _page(request)
+    account = account_of(request)
+    if page is None or account is None or account.id == page.owner_id:
+        response = error_page(request, 404, NO_LINK)
+    else:
+        response = app.templates.response(
+            "continue_shared.html",
+            page=page,
+            account=account,
+            chats=await app.chats.recent(owner_of(request)),
+            **await sidebar_context(request),
+            can_sign_out=app.auth.mode == "password",
+        )
+    response.headers["X-Robots-Tag"] = "noindex"
+    return response
+
+
 async def continue_shared(request: Request) -> Response:
     """POST /s/{token}/continue: a new chat of the viewer's holding the shared path."""
     app = web(request)
     account = account_of(request)
     page = await _page(request)
-    if page is None or account is None:
+    if page is None or account is None or account.id == page.owner_id:
         return error_page(request, 404, NO_LINK)
     title = shortened_title(page.title)  # the shared title, as the viewer saw it
     chat = await app.store.shares.continue_chat(owner_of(request), page.token, title)
