@@ -128,3 +128,5 @@ StopOutcome = Union[ShownReply, ChatNotFound, RunNotFound]
 DecideOutcome = Union[ShownReply, ChatNotFound, RunNotFound]
 RenameOutcome = Union[Renamed, ChatNotFound]
 DeleteOutcome = Union[Deleted, ChatNotFound]
+
+
