@@ -465,6 +465,13 @@ _SQLITE_STEPS_UNDONE: dict[int, tuple[str, ...]] = {
         "DROP INDEX chats_by_user",
         "ALTER TABLE chats DROP COLUMN user_id",
     ),
+    11: (
+        "DROP TABLE shares",
+        "DROP TABLE share_segments",
+        "DROP TABLE projects",
+        "DROP INDEX chats_by_project",
+        "ALTER TABLE chats DROP COLUMN project_id",
+    ),
 }
 
 
