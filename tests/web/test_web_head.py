@@ -14,6 +14,7 @@ import httpx
 from starlette.routing import Mount, Route
 from webhelpers import HX, parse_html, replies, serve
 
+from webapp.chats.users import EVERY_CHAT
 from webapp.models import ScriptedModel
 from webapp.web import create_app
 
@@ -74,7 +75,16 @@ async def test_every_get_route_answers_head_like_get_without_a_body(tmp_path: Pa
                 await asyncio.sleep(0.02)
 
         run_id = await asyncio.wait_for(finished(), 10)
-        params = {"chat_id": chat_id, "run_id": run_id}
+        await http.post(f"/chats/{chat_id}/share")
+        token = app.state.web.store.shares
+        link = await token.link(EVERY_CHAT, chat_id)
+        project = (await http.post("/projects", data={"name": "p"})).headers["location"]
+        params = {
+            "chat_id": chat_id,
+            "run_id": run_id,
+            "token": link.token,
+            "project_id": project.rsplit("/", 1)[1],
+        }
         paths = []
         for route in app.routes:
             if isinstance(route, Mount):

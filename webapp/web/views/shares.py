@@ -118,12 +118,13 @@ async def continue_page(request: Request) -> Response:
     app = web(request)
     page = await _page(request)
     account = account_of(request)
-    if page is None or account is None or account.id == page.owner_id:
+    if page is None or (account is not None and account.id == page.owner_id):
         response = error_page(request, 404, NO_LINK)
     else:
         response = app.templates.response(
             "continue_shared.html",
             page=page,
+            chat=None,
             account=account,
             chats=await app.chats.recent(owner_of(request)),
             **await sidebar_context(request),
@@ -138,8 +139,8 @@ async def continue_shared(request: Request) -> Response:
     app = web(request)
     account = account_of(request)
     page = await _page(request)
-    if page is None or account is None or account.id == page.owner_id:
-        return error_page(request, 404, NO_LINK)
+    if page is None or (account is not None and account.id == page.owner_id):
+        return error_page(request, 404, NO_LINK)  # the owner has the chat itself
     title = shortened_title(page.title)  # the shared title, as the viewer saw it
     chat = await app.store.shares.continue_chat(owner_of(request), page.token, title)
     if chat is None:
