@@ -168,3 +168,22 @@ async def test_off_mode_has_no_share_button_and_no_shared_pages(web_client_facto
     assert (await client.http.get(f"/chats/{chat_id}/share", headers=HTML)).status_code == 404
     assert (await client.http.post(f"/chats/{chat_id}/share")).status_code == 404
     assert await rows(client.db, "SELECT * FROM shares") == []
+
+
+async def test_anyone_mode_needs_no_access_token_for_the_shared_page_alone(
+    web_client_factory: MakeClient,
+):
+    token = "access-token-1234"
+    client = await web_client_factory(
+        token=token, auth=AuthSettings("token", share_links="anyone"), offline_delay=0
+    )
+    client.http.cookies.set("webapp_token", token)
+    chat_id = await client.new_chat()
+    await client.send(chat_id, "public words")
+    await client.wait_idle(chat_id)
+    link = await _share(client, client.http, chat_id)
+    client.http.cookies.clear()
+    page = await client.http.get(f"/s/{link}", headers=HTML)
+    assert page.status_code == 200 and "public words" in page.text
+    assert (await client.http.get(f"/chats/{chat_id}", headers=HTML)).status_code == 401
+    assert (await client.http.get(f"/s/{link}/continue", headers=HTML)).status_code == 401
