@@ -1,6 +1,7 @@
 """The event loop's worst stall while the server handles hostile input (issue 22).
 
-Run from the repository root: ``python bench/loop_stall.py`` (about a minute).
+Run from the repository root: ``python bench/loop_stall.py`` (two minutes or so;
+``--only issue22`` or ``--only hostile`` runs one group of cases).
 
 The app runs under a real uvicorn server on 127.0.0.1, in this process, with a
 heartbeat task on its event loop that wakes every millisecond and keeps the
@@ -17,6 +18,17 @@ each one request:
 - **unknown run of a long chat**: the event stream of a run id that is not in a
   chat of 60,000 runs (the reply lookup behind it).
 
+And the hostile remote parties of issue 29, each on a server of its own (a
+thread of this process, never the app's loop):
+
+- **huge model list**: an endpoint whose ``GET /models`` lists 2,000,001 ids
+  (69 MB): the **Refresh** that asks for it, then the home page that offers
+  them (its size is printed too);
+- **trickling model list**: ``{"data": [`` then one space every 2 s, for
+  ``--trickle`` seconds: the **Refresh** that waits on it;
+- **20 MB MCP result**: a call of the test MCP server's ``big`` tool
+  (``tests/mcp_server.py``, over stdio) answering 20 MB.
+
 Prints, per case, the request's time and the loop's worst stall. To compare with
 an older tree, copy this file into it and run it there.
 """
@@ -27,9 +39,11 @@ import argparse
 import asyncio
 import contextlib
 import json
+import socket
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -43,6 +57,8 @@ if str(ROOT) not in sys.path:
 
 from webapp.chats.store import ChatStore
 from webapp.chats.users import EVERY_CHAT
+from webapp.config import AppConfig, EndpointConfig, McpServerConfig
+from webapp.models.endpoints import ModelRegistry
 from webapp.web import create_app
 
 BEAT = 0.001
@@ -178,9 +194,88 @@ def case_unknown_run(http: httpx.Client, chat_id: str) -> Callable[[], None]:
     return look
 
 
+class HostileEndpoint:
+    """``GET /v1/models`` as a hostile endpoint answers it, on a thread of its own:
+    ``huge`` ids at once, or (after `trickle` is set) a body that never quite ends."""
+
+    def __init__(self, ids: int) -> None:
+        listed = ",".join(f'{{"id":"model-{n:024d}"}}' for n in range(ids))
+        self.huge = f'{{"object":"list","data":[{listed}]}}'.encode()
+        self.trickle = 0.0  # seconds of trickling; 0: answer the huge list
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            conn, _ = self.listener.accept()
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.recv(65536)
+            if not self.trickle:
+                head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(self.huge)}\r\n\r\n"
+                conn.sendall(head.encode() + self.huge)
+                return
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+            )
+            conn.sendall(b'a\r\n{"data": [\r\n')
+            ends = time.monotonic() + self.trickle
+            while time.monotonic() < ends:
+                time.sleep(2)
+                conn.sendall(b"1\r\n \r\n")
+            conn.sendall(b"1\r\n]\r\n1\r\n}\r\n0\r\n\r\n")
+
+
+def case_refresh(
+    http: httpx.Client, endpoint: HostileEndpoint, trickle: float
+) -> Callable[[], None]:
+    def refresh() -> None:
+        endpoint.trickle = trickle
+        response = http.post("/tools/models/refresh")
+        if response.status_code != 303:
+            raise RuntimeError(f"Refresh answered {response.status_code}")
+
+    return refresh
+
+
+def case_pages(http: httpx.Client, sizes: dict[str, int]) -> Callable[[], None]:
+    chat_id = new_chat(http)
+
+    def pages() -> None:
+        for name, path in (("home page", "/"), ("chat page", f"/chats/{chat_id}")):
+            response = http.get(path)
+            response.raise_for_status()
+            sizes[name] = len(response.content)
+
+    return pages
+
+
+def case_mcp(
+    app_loop: asyncio.AbstractEventLoop, servers: object, chars: int
+) -> Callable[[], None]:
+    def call() -> None:
+        done = asyncio.run_coroutine_threadsafe(
+            servers.call("test", "big", {"chars": chars}, "c1"),  # type: ignore[attr-defined]
+            app_loop,
+        )
+        result = done.result(timeout=300)
+        print(
+            f" [{'error: ' + result.output[:60] if result.is_error else f'{len(result.output):,} chars'}]",
+            end="",
+        )
+
+    return call
+
+
 @contextlib.asynccontextmanager
-async def serving(db: Path) -> AsyncIterator[tuple[str, Heartbeat]]:
-    app = create_app(db, offline_delay=0.0)
+async def serving(db: Path, **kwargs: object) -> AsyncIterator[tuple[str, Heartbeat]]:
+    app = create_app(db, offline_delay=0.0, **kwargs)  # type: ignore[arg-type]
+    serving.app = app  # type: ignore[attr-defined]
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
     )
@@ -225,6 +320,46 @@ async def measure(db: Path, newlines: int, long_chat: str) -> list[tuple[str, fl
     return results
 
 
+async def measure_hostile(
+    db: Path, ids: int, trickle: float, mcp_chars: int
+) -> tuple[list[tuple[str, float, float]], dict[str, int]]:
+    results = []
+    sizes: dict[str, int] = {}
+    endpoint = HostileEndpoint(ids)
+    endpoint.trickle = 1.0  # start-up's own question: answered at once, nothing listed
+    models = ModelRegistry([EndpointConfig("hostile", f"http://127.0.0.1:{endpoint.port}/v1")])
+    server = McpServerConfig(
+        name="test",
+        command=sys.executable,
+        args=(str(ROOT / "tests" / "mcp_server.py"), str(db.parent)),
+        timeout=300.0,
+    )
+    config = AppConfig(mcp_servers=(server,))
+    async with serving(db, models=models, config=config) as (base, heartbeat):
+        app = serving.app  # type: ignore[attr-defined]
+        servers = app.state.web.agents.servers
+        loop = asyncio.get_running_loop()
+        with httpx.Client(base_url=base, timeout=900) as http:
+            cases: list[tuple[str, Callable[[], Callable[[], None]]]] = [
+                (f"Refresh: {ids:,} model ids", lambda: case_refresh(http, endpoint, 0.0)),
+                ("home and chat pages offering them", lambda: case_pages(http, sizes)),
+                (f"Refresh: /models trickling {trickle:g} s", lambda: case_refresh(http, endpoint, trickle)),
+                (f"MCP result of {mcp_chars / 1e6:g} M chars", lambda: case_mcp(loop, servers, mcp_chars)),
+            ]  # fmt: skip
+            await asyncio.to_thread(lambda: http.get(f"/chats/{new_chat(http)}"))
+            for name, prepare in cases:
+                action = await asyncio.to_thread(prepare)
+                await asyncio.sleep(0.2)
+                print(f"{name} ...", end="", flush=True)
+                heartbeat.worst = 0.0
+                start = time.perf_counter()
+                await asyncio.to_thread(action)
+                took = time.perf_counter() - start
+                print(" done")
+                results.append((name, took, heartbeat.worst))
+    return results, sizes
+
+
 async def create_schema(db: Path) -> None:
     async with ChatStore(db) as store:
         await store.recent(EVERY_CHAT, 1)
@@ -233,15 +368,31 @@ async def create_schema(db: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--newlines", type=int, default=99_999, help="CRLFs in the message")
+    parser.add_argument("--ids", type=int, default=2_000_001, help="ids the endpoint lists")
+    parser.add_argument("--trickle", type=float, default=60.0, help="seconds /models trickles")
+    parser.add_argument("--mcp-chars", type=int, default=20_000_000, help="the MCP result's size")
+    parser.add_argument("--only", choices=("issue22", "hostile"), help="one group of cases")
     args = parser.parse_args()
+    results: list[tuple[str, float, float]] = []
+    sizes: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "chat.db"
         asyncio.run(create_schema(db))
-        long_chat = write_long_chat(db, LONG_CHAT_RUNS)
-        results = asyncio.run(measure(db, args.newlines, long_chat))
+        if args.only != "hostile":
+            long_chat = write_long_chat(db, LONG_CHAT_RUNS)
+            results += asyncio.run(measure(db, args.newlines, long_chat))
+        if args.only != "issue22":
+            hostile = Path(tmp) / "hostile.db"
+            asyncio.run(create_schema(hostile))
+            found, sizes = asyncio.run(
+                measure_hostile(hostile, args.ids, args.trickle, args.mcp_chars)
+            )
+            results += found
     print(f"{'case':<38} {'request s':>10} {'worst stall ms':>15}")
     for name, took, worst in results:
         print(f"{name:<38} {took:10.2f} {worst * 1000:15.0f}")
+    for name, size in sizes.items():
+        print(f"{name}: {size:,} bytes")
 
 
 if __name__ == "__main__":

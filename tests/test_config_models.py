@@ -79,7 +79,22 @@ def test_endpoints_and_presets_are_read_in_order(tmp_path: Path) -> None:
         ('[[endpoints]]\nname = "a"\nbase_url = "http://x"\nkey = "k"', "unknown key 'key'"),
         ('[[endpoints]]\nname = "a"\nbase_url = "http://x"\nmodels = []', "leave it out"),
         ('[[endpoints]]\nname = "a"\nbase_url = "http://x"\nmodels = ["m", "m"]', "twice"),
-        ('[[endpoints]]\nname = "a"\nbase_url = "http://x"\nmodels = [""]', "list of model"),
+        (
+            '[[endpoints]]\nname = "a"\nbase_url = "http://x"\nmodels = [""]',
+            "models[0] ('') is blank",
+        ),
+        ('[[endpoints]]\nname = "a"\nbase_url = "http://x"\nmodels = [1]', "list of model names"),
+        (  # duplicates and blanks, each named (it said only "a list of model names")
+            '[[endpoints]]\nname = "a"\nbase_url = "http://x"\nmodels = ["m", "m", " ", ""]',
+            (
+                "models[2] (' ') is blank; models[3] ('') is blank; a name must be unique, "
+                "and 'm' is given twice"
+            ),
+        ),
+        (
+            '[[endpoints]]\nname = "a"\nbase_url = "http://x"\nmodels = ["evil\\u202egpt"]',
+            "U+202E",
+        ),
         (
             '[[endpoints]]\nname = "a"\nbase_url = "http://x"\napi_key_env = "NOT_SET_HERE"',
             "NOT_SET_HERE, which is not set",

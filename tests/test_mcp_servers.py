@@ -166,6 +166,12 @@ async def test_streamable_http_with_headers(tmp_path: Path) -> None:
             assert (
                 await call(running, "remote__echo", {"text": "over http"})
             ).output == "over http"
+            # A result past the byte bound: an error, never read whole; the server stays.
+            big = await call(running, "remote__big", {"chars": 5 * 1024 * 1024})
+            assert big.is_error and "larger than 4 MB" in big.output, big.output[:200]
+            fits = await call(running, "remote__big", {"chars": 1_000_000})
+            assert not fits.is_error and len(fits.output) == 1_000_000
+            assert running.states["remote"].status == "connected"
         finally:
             await running.stop()
     finally:
@@ -241,3 +247,23 @@ async def test_the_reference_filesystem_server_from_the_registry(tmp_path: Path)
         assert outside.is_error  # the server's own sandbox holds
     finally:
         await running.stop()
+
+
+async def test_a_result_past_the_byte_bound_is_an_error_and_the_server_stays(
+    tmp_path: Path,
+) -> None:
+    from webapp.mcp_stdio import MAX_MESSAGE_BYTES
+
+    servers = McpServers([stdio_config(tmp_path, timeout=60.0)])  # 20 MB take the server a while
+    await servers.start()
+    try:
+        assert await servers.wait_connected("test", 30), servers.states["test"].error
+        result = await call(servers, "test__big", {"chars": 5 * MAX_MESSAGE_BYTES})  # 20 MB
+        assert result.is_error and "larger than 4 MB" in result.output  # on main: 20 MB parsed
+        assert servers.states["test"].status == "connected"
+        echoed = await call(servers, "test__echo", {"text": "still here"})
+        assert not echoed.is_error and echoed.output == "still here"
+        fits = await call(servers, "test__big", {"chars": 1_000_000})
+        assert not fits.is_error and len(fits.output) == 1_000_000
+    finally:
+        await servers.stop()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import logging
 import os
 import re
 import secrets
@@ -12,7 +11,9 @@ import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from webapp.db_pools import DEFAULT_POOL_SIZE
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -164,16 +165,11 @@ def host_list(value: str) -> list[str]:
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
-def configure_logging(level: str) -> None:
-    """The app's loggers at ``level``; libraries (httpx logs every request at INFO) at
-    WARNING, except when debugging."""
-    app_level = getattr(logging, level.upper())
-    logging.basicConfig(
-        level=logging.DEBUG if app_level == logging.DEBUG else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-        force=True,
-    )
-    logging.getLogger("webapp").setLevel(app_level)
+def configure_logging(level: str, log_format: str = "text") -> None:
+    """Every log line with a UTC timestamp, as text or JSON (`webapp.logs`)."""
+    from webapp.logs import configure_logging as configure
+
+    configure(level, log_format)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -291,6 +287,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="the app's own log level (env WEBAPP_LOG_LEVEL; default info: one line per "
         "run); libraries log warnings and worse unless this is debug",
     )
+    _operations_arguments(parser, env)
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be between 0 and 65535, got {args.port}")
@@ -298,6 +295,39 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--offline-delay must be >= 0 seconds, got {args.offline_delay}")
     _check_auth(parser, args)
     return args
+
+
+def _operations_arguments(parser: argparse.ArgumentParser, env: Any) -> None:
+    """Logs, metrics and the database's connections (SPEC §17)."""
+    parser.add_argument(
+        "--log-format",
+        default=env("WEBAPP_LOG_FORMAT") or "text",
+        choices=("text", "json"),
+        help="log lines as text or as one JSON object each; every line has a UTC "
+        "timestamp (env WEBAPP_LOG_FORMAT; default text)",
+    )
+    parser.add_argument(
+        "--access-log",
+        action="store_true",
+        default=env("WEBAPP_ACCESS_LOG", "") not in ("", "0", "false"),
+        help="log one line per request: client, method, path, status, time "
+        "(env WEBAPP_ACCESS_LOG=1)",
+    )
+    parser.add_argument(
+        "--metrics-token",
+        default=env("WEBAPP_METRICS_TOKEN") or None,
+        metavar="TOKEN",
+        help="a bearer token (16 characters or more) with which a scraper may read "
+        "/metrics; administrators may anyway (env WEBAPP_METRICS_TOKEN)",
+    )
+    parser.add_argument(
+        "--db-pool-size",
+        type=at_least_one,
+        default=env("WEBAPP_DB_POOL_SIZE") or DEFAULT_POOL_SIZE,
+        metavar="N",
+        help="with PostgreSQL: the most connections this process opens "
+        f"(env WEBAPP_DB_POOL_SIZE; default {DEFAULT_POOL_SIZE})",
+    )
 
 
 def _check_auth(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -484,6 +514,8 @@ def _serve(app: Starlette, host: str, port: int) -> None:
         log_level="warning",
         timeout_graceful_shutdown=5,
         proxy_headers=False,
+        log_config=None,  # its lines go through the app's handler: UTC timestamps, JSON
+        access_log=False,  # --access-log is the app's own (webapp.web.operations)
     )
     uvicorn.Server(config).run()
 
@@ -495,7 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["users"]:
         return users_command(argv[1:])
     args = parse_args(argv)
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
 
     from webapp.chats.limits import Limits
     from webapp.config import ConfigError, load_config
@@ -531,6 +563,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
             limits=Limits(args.max_runs_per_user, args.max_tokens_per_day),
             lease_seconds=args.lease_seconds,
+            metrics_token=args.metrics_token,
+            access_log=args.access_log,
+            db_pool_size=args.db_pool_size,
         )
     except ValueError as exc:
         print(f"webapp: {exc}", file=sys.stderr)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,6 +196,44 @@ def _unique(names: list[str], where: str, what: str) -> None:
 
 
 _ENDPOINT_KEYS = {"name", "base_url", "api_key_env", "models"}
+MAX_MODEL_ID_CHARS = 200
+# Control characters, and format ones (a right-to-left override, a zero-width space):
+# a name that holds one shows as something it is not.
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+
+
+def model_id_problem(name: str) -> str | None:
+    """Why ``name`` (stripped) cannot be a model's name, or None when it can."""
+    if not name:
+        return "is blank"
+    if len(name) > MAX_MODEL_ID_CHARS:
+        return f"is longer than {MAX_MODEL_ID_CHARS} characters"
+    hidden = next((c for c in name if unicodedata.category(c) in _HIDDEN), None)
+    if hidden is not None:
+        return f"holds the invisible or control character U+{ord(hidden):04X}"
+    return None
+
+
+def _model_names(models: object, where: str) -> list[str]:
+    """The ``models`` list, each name stripped; ConfigError names every bad one."""
+    if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
+        raise ConfigError(f"{where}: models must be a list of model names (strings)")
+    if not models:
+        raise ConfigError(f"{where}: models is empty; leave it out to ask GET /models")
+    names = [m.strip() for m in models]
+    problems = []
+    for index, name in enumerate(names):
+        problem = model_id_problem(name)
+        if problem is not None:
+            problems.append(f"models[{index}] ({models[index]!r}) {problem}")
+    twice = sorted({n for n in names if n and names.count(n) > 1})
+    if twice:
+        problems.append(
+            "a name must be unique, and " + ", ".join(repr(n) for n in twice) + " is given twice"
+        )
+    if problems:
+        raise ConfigError(f"{where}: " + "; ".join(problems))
+    return names
 
 
 def _endpoint(table: dict[str, Any], where: str, environ: Mapping[str, str]) -> EndpointConfig:
@@ -219,15 +258,7 @@ def _endpoint(table: dict[str, Any], where: str, environ: Mapping[str, str]) -> 
         key = environ[key_env]
     models = table.get("models")
     if models is not None:
-        names_ok = isinstance(models, list) and all(
-            isinstance(m, str) and m.strip() for m in models
-        )
-        if not names_ok:
-            raise ConfigError(f"{where}: models must be a list of model names")
-        if not models:
-            raise ConfigError(f"{where}: models is empty; leave it out to ask GET /models")
-        models = [m.strip() for m in models]
-        _unique(models, where, "a model in models")
+        models = _model_names(models, where)
     return EndpointConfig(
         name, base_url, key_env, key, tuple(models) if models is not None else None
     )

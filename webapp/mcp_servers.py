@@ -1,6 +1,7 @@
 """Tools from Model Context Protocol servers, through the official `mcp` SDK (1.x).
 
-This is the one module that knows the SDK. `McpServers` starts (stdio) or
+This module (with its transports `webapp.mcp_stdio` and `webapp.mcp_http`, which
+bound each message a server sends) is the one that knows the SDK. `McpServers` starts (stdio) or
 connects to (Streamable HTTP) every configured server, offers each server's
 tools to the model as runtime `Tool`s and answers their calls. Invariants,
 each named for the failure it prevents:
@@ -39,12 +40,13 @@ from typing import Any
 import anyio
 import httpx
 from mcp import ClientSession, StdioServerParameters, types
-from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 from mcp.shared.message import SessionMessage
 
 from webapp.config import McpServerConfig, Policy
+from webapp.mcp_http import HEADERS, bound_response
+from webapp.mcp_stdio import Pending, bounded_stdio_client
 from webapp.runtime.tool import RunContext, Tool
 from webapp.transcript import ToolCallEntry, ToolResultEntry
 
@@ -222,7 +224,10 @@ class McpServers:
         config = state.config
         async with contextlib.AsyncExitStack() as stack:
             async with asyncio.timeout(CONNECT_TIMEOUT):
-                read, write = await _open_transport(stack, config)
+                # The calls waiting for an answer: one whose answer is too big gets an error.
+                read, write = await _open_transport(
+                    stack, config, lambda: list(outgoing.request_ids.values())
+                )
                 outgoing = _Outgoing(write)
                 forward = asyncio.create_task(outgoing.forward())
                 stack.callback(forward.cancel)
@@ -290,7 +295,9 @@ class _Outgoing:
             await self.transport.send(message)
 
 
-async def _open_transport(stack: contextlib.AsyncExitStack, config: McpServerConfig) -> Any:
+async def _open_transport(
+    stack: contextlib.AsyncExitStack, config: McpServerConfig, pending: Pending
+) -> Any:
     if config.command:
         params = StdioServerParameters(
             command=config.command,
@@ -298,14 +305,15 @@ async def _open_transport(stack: contextlib.AsyncExitStack, config: McpServerCon
             env=dict(config.env) or None,
             cwd=config.cwd,
         )
-        read, write = await stack.enter_async_context(stdio_client(params))
+        read, write = await stack.enter_async_context(bounded_stdio_client(params, pending))
         return read, write
     assert config.url is not None  # the config requires one of the two
     client = await stack.enter_async_context(
         httpx.AsyncClient(
-            headers=dict(config.headers),
+            headers={**HEADERS, **config.headers},
             timeout=httpx.Timeout(30.0, read=300.0),
             follow_redirects=True,
+            event_hooks={"response": [bound_response]},  # 4 MB a message (webapp.mcp_http)
         )
     )
     read, write, _session_id = await stack.enter_async_context(

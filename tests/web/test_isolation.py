@@ -36,7 +36,7 @@ PROJECTS_AND_SHARED = {"project", "new_project_chat", "project_instructions", "r
 PROJECTS_AND_SHARED |= {"delete_project", "shared", "continue_shared", "continue_shared_page"}
 ACCOUNTS = {"login", "sign_in", "logout"}
 ADMIN = {"admin_users", "add_user", "disable_user", "enable_user", "reset_password"}
-ADMIN |= {"sign_out_user"}
+ADMIN |= {"sign_out_user", "metrics"}
 # Chat routes no page this offline app can show links to: the header's usage total is
 # fetched by a finished reply's streamed fragment, a decision by a card only a tool
 # that asks first makes. Tried like every chat route, straight from `app.routes`.

@@ -29,6 +29,7 @@ from webapp.models import ScriptedModel
 from webapp.runtime.model import FinishPart, ModelPart, ModelRequest, TextPart
 from webapp.web import create_app, sse
 from webapp.web.event_names import DONE, TEXT
+from webapp.web.live.readers import Readers
 from webapp.web.live.run_state import LogRecord, RunState
 from webapp.web.live.runs import RunManager
 from webapp.web.sse import coalesce, parse_position
@@ -295,7 +296,7 @@ async def test_after_the_first_event_deltas_go_out_once_per_window(
 ):
     monkeypatch.setattr(sse, "BATCH_WINDOW", 0.3)
     state = RunState("chat", "run", "e.1", "hi", ReplyView("run"))
-    events = sse.stream(cast(RunManager, None), state, "e.1", 0)
+    events = sse.stream(cast(RunManager, NoManager()), state, "e.1", 0)
     loop = asyncio.get_running_loop()
 
     async def next_event() -> tuple[float, SSEvent]:
@@ -381,7 +382,7 @@ async def test_a_quiet_stream_sends_a_ping_comment(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(sse, "PING_SECONDS", 0.05)
     state = RunState("c", "r", "e.1", "hi", ReplyView("r"))
     state.append(TEXT, "<span>a</span>")
-    events = sse.stream(cast(RunManager, None), state, "e.1", 0)
+    events = sse.stream(cast(RunManager, NoManager()), state, "e.1", 0)
     assert b"event: text" in await anext(events)
     assert await asyncio.wait_for(anext(events), 1) == sse.PING  # nothing new for a while
     state.append(TEXT, "<span>b</span>")
@@ -505,7 +506,7 @@ async def test_a_server_shutting_down_ends_a_quiet_live_stream_cleanly(
             streaming.set()
 
     shutdown = anyio.Event()
-    events = sse.stream(cast(RunManager, None), state, "e.1", 0, shutdown)
+    events = sse.stream(cast(RunManager, NoManager()), state, "e.1", 0, shutdown)
     response = asyncio.ensure_future(sse.response(events, shutdown)(GET, quiet_receive, send))
     await asyncio.wait_for(streaming.wait(), 2)  # live, and now waiting for more (15 s ping)
     loop = asyncio.get_running_loop()
@@ -518,3 +519,10 @@ async def test_a_server_shutting_down_ends_a_quiet_live_stream_cleanly(
     # The body ends properly: the browser's EventSource reconnects, it does not see an error.
     [(first, _), end] = bodies(sent)
     assert b"<span>a</span>" in first and end == (b"", False)
+
+
+class NoManager:
+    """A run manager whose only part `sse.stream` uses here is its readers."""
+
+    def __init__(self) -> None:
+        self.readers = Readers(lambda state: None)

@@ -74,11 +74,16 @@ Schema = tuple[str, int, str, Mapping[int, str]]  # name, version, SQL, migratio
 
 
 def open_chat_db(
-    location: str | os.PathLike[str], *, sqlite_schema: Schema, postgres_schema: Schema
+    location: str | os.PathLike[str],
+    *,
+    sqlite_schema: Schema,
+    postgres_schema: Schema,
+    max_connections: int = 10,
 ) -> ChatDatabase:
-    """The chat tables at ``location``: a file path (SQLite, WAL) or a ``postgresql://`` URL."""
+    """The chat tables at ``location``: a file path (SQLite, WAL) or a ``postgresql://`` URL
+    (``max_connections`` at most)."""
     if is_postgres(location):
-        return _backed(_PostgresChats, postgres_schema)(str(location))
+        return _backed(_PostgresChats, postgres_schema)(str(location), max_connections)
     return _backed(_SQLiteChats, sqlite_schema)(location)
 
 
@@ -109,8 +114,8 @@ class _SQLiteChats(SQLiteBacked):
 class _PostgresChats(PostgresBacked):
     dialect: Dialect = "postgresql"
 
-    def __init__(self, dsn: str) -> None:
-        super().__init__(dsn, max_connections=10)
+    def __init__(self, dsn: str, max_connections: int = 10) -> None:
+        super().__init__(dsn, max_connections=max_connections)
 
     async def read(self, fn: TxFn[T]) -> T:
         return await self._store.transaction(lambda conn: fn(PostgresTx(conn)))

@@ -48,7 +48,7 @@ from webapp.transcript import (
     entry_from_dict,
     entry_to_dict,
 )
-from webapp.usage import Usage
+from webapp.usage import Usage, reported_count
 
 FORMAT_VERSION = 1
 MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -387,8 +387,10 @@ def _usage(raw: dict[str, Any], where: str) -> Usage | None:
     for key in ("input_tokens", "output_tokens"):
         count = usage.get(key)
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise problem  # an integer beyond 64 bits is not an int here either
+            raise problem
         counts.append(count)
+    if any(reported_count(c, f"{where}.usage") is None for c in counts):
+        return None  # past 2^53: not a count any endpoint reports; the run keeps the rest
     return Usage(*counts)
 
 

@@ -77,7 +77,9 @@ async def admit(tx: Tx, limits: Limits, owner: Owner, chat_id: str, now: float) 
         today = now - now % DAY
         where, params = owner.condition("c.user_id")
         rows = await tx.fetch(
-            "SELECT COALESCE(SUM(COALESCE(r.tokens_in, 0) + COALESCE(r.tokens_out, 0)), 0) "
+            # Summed as floats: 64-bit integers overflow on a few huge figures.
+            "SELECT COALESCE(SUM(CAST(COALESCE(r.tokens_in, 0) AS DOUBLE PRECISION) "
+            "+ CAST(COALESCE(r.tokens_out, 0) AS DOUBLE PRECISION)), 0) "
             "FROM chat_runs r JOIN chats c ON c.id = r.chat_id WHERE r.finished_at >= ?" + where,
             (today, *params),
         )

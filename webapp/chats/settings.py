@@ -41,7 +41,14 @@ ALTER TABLE chat_runs ADD COLUMN tokens_out INTEGER;
 ALTER TABLE chat_runs ADD COLUMN finished_at REAL;
 """
 POSTGRES_SCHEMA = SCHEMA.replace(" REAL;", " DOUBLE PRECISION;")
-POSTGRES_RUN_SCHEMA = RUN_SCHEMA.replace(" REAL;", " DOUBLE PRECISION;")
+# PostgreSQL's INTEGER is 32 bits: a run's usage (below 2^53) needs BIGINT there.
+POSTGRES_RUN_SCHEMA = RUN_SCHEMA.replace(" REAL;", " DOUBLE PRECISION;").replace(
+    " INTEGER;", " BIGINT;"
+)
+POSTGRES_BIGINT_USAGE = """
+ALTER TABLE chat_runs ALTER COLUMN tokens_in TYPE BIGINT;
+ALTER TABLE chat_runs ALTER COLUMN tokens_out TYPE BIGINT;
+"""
 
 MAX_INSTRUCTIONS_CHARS = 20_000
 
@@ -111,12 +118,14 @@ class SettingsStore:
 
         async def total(tx: Tx) -> Usage | None:
             rows = await tx.fetch(
-                "SELECT SUM(tokens_in), SUM(tokens_out), COUNT(tokens_in) FROM chat_runs "
+                # Summed as floats: 64-bit integers overflow on a few huge figures.
+                "SELECT SUM(CAST(tokens_in AS DOUBLE PRECISION)), "
+                "SUM(CAST(tokens_out AS DOUBLE PRECISION)), COUNT(tokens_in) FROM chat_runs "
                 "WHERE chat_id = ?",
                 (chat_id,),
             )
             tokens_in, tokens_out, reported = rows[0]
-            return Usage(int(tokens_in), int(tokens_out)) if reported else None
+            return Usage(int(tokens_in or 0), int(tokens_out or 0)) if reported else None
 
         return await self._db.read(total)
 

@@ -198,7 +198,7 @@ class ChatStore(ChatLibrary):
         11: _SHARES_AND_PROJECTS,  # share links and projects (SPEC §15)
     }
     # PostgreSQL started with everything above but run_inputs (its own numbering).
-    POSTGRES_SCHEMA_VERSION = 8
+    POSTGRES_SCHEMA_VERSION = 9
     POSTGRES_MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: _RUN_INPUTS,
         2: chat_search_pg.SCHEMA + chat_search_pg.REBUILD,  # no text holds the markers
@@ -206,7 +206,8 @@ class ChatStore(ChatLibrary):
         4: chat_settings.POSTGRES_RUN_SCHEMA,
         5: tool_approvals.POSTGRES_SCHEMA,
         6: chat_users.POSTGRES_SCHEMA,
-        7: _POSTGRES_SHARES_AND_PROJECTS,
+        7: chat_settings.POSTGRES_BIGINT_USAGE,  # usage past 2^31 fits (SPEC §17)
+        8: _POSTGRES_SHARES_AND_PROJECTS,  # share links and projects (SPEC §15)
     }
     POSTGRES_SCHEMA_SQL = (
         POSTGRES_STORES
@@ -227,9 +228,11 @@ class ChatStore(ChatLibrary):
         *,
         limits: Limits | None = None,
         throttle: ThrottlePolicy | None = None,
+        max_connections: int = 10,  # on PostgreSQL (--db-pool-size shares them out)
     ) -> None:
         self._store = open_chat_db(
             location,
+            max_connections=max_connections,
             sqlite_schema=(self.SCHEMA_NAME, self.SCHEMA_VERSION, self.SCHEMA_SQL, self.MIGRATIONS),
             postgres_schema=(
                 self.SCHEMA_NAME,
@@ -261,6 +264,14 @@ class ChatStore(ChatLibrary):
             return [_chat(r) for r in rows]
 
         return await self._store.read(select)
+
+    async def ping(self) -> None:
+        """One trivial read: raises when the database does not answer (``/readyz``)."""
+
+        async def select(tx: Tx) -> None:
+            await tx.fetch("SELECT 1")
+
+        await self._store.read(select)
 
     async def sweep(self) -> int:
         """Delete segments of chats that no longer exist and checkpoints no chat owes;
@@ -528,6 +539,35 @@ class ChatStore(ChatLibrary):
             await _delete_checkpoints(tx, [run_id])
 
         await self._store.write(end)
+
+    async def release_run(
+        self, chat_id: str, run_id: str, meta: dict[str, Any], entries: list[Entry]
+    ) -> None:
+        """The last resort when run ``run_id``'s outcome could not be recorded: the chat
+        idle again, the run's stored reply marked with ``meta`` (its failure and why), or
+        ``entries`` stored as that reply when it has none, its checkpoint gone. Its usage
+        is not recorded (reading it may be what failed). One transaction."""
+
+        async def release(tx: Tx) -> None:
+            meta_json = StoredSegment.encode(run_id, [], meta).meta_json
+            marked = await tx.execute(
+                "UPDATE session_segments SET meta_json = ? WHERE session_id = ? AND run_id = ?",
+                (meta_json, chat_id, run_id),
+            )
+            if not marked and entries:
+                await append_segments(tx, chat_id, [StoredSegment.encode(run_id, entries, meta)])
+            await tx.execute(
+                "UPDATE chat_runs SET finished_at = ? WHERE run_id = ? AND finished_at IS NULL",
+                (time.time(), run_id),
+            )
+            await _delete_checkpoints(tx, [run_id])
+            await tx.execute(
+                "UPDATE chats SET active_run_id = NULL, stop_requested_run_id = NULL, "
+                "continues_run_id = NULL, updated_at = ? WHERE id = ? AND active_run_id = ?",
+                (time.time(), chat_id, run_id),
+            )
+
+        await self._store.write(release)
 
     async def _update(self, chat_id: str, assignments: str, params: tuple[Any, ...]) -> bool:
         async def update(tx: Tx) -> bool:

@@ -23,7 +23,7 @@ from webapp.runtime.model import (
     ToolCallPart,
     UsagePart,
 )
-from webapp.usage import Usage
+from webapp.usage import Usage, reported_count
 
 _PLAIN_DELTA = frozenset({"content", "role"})  # a delta that carries only text
 MAX_ERROR_TEXT = 500
@@ -176,9 +176,11 @@ def parts_from_completion(body: dict[str, Any]) -> list[ModelPart]:
 
 
 def usage_from(data: dict[str, Any]) -> Usage:
+    """The endpoint's ``usage``: a figure that is not a count below 2^53 is ignored
+    (and logged), as none reported (`webapp.usage.reported_count`)."""
+
     def count(key: str) -> int:
-        value = data.get(key)
-        return value if isinstance(value, int) and value >= 0 else 0
+        return reported_count(data.get(key), key) or 0
 
     return Usage(input_tokens=count("prompt_tokens"), output_tokens=count("completion_tokens"))
 

@@ -10,7 +10,8 @@ shortcut (an endpoint named ``default``), or, with neither, the offline model
   chat that chose one of them gets a run that fails saying why, never a
   silently different model;
 - asking an endpoint for its models (``GET {base_url}/models``) is bounded in
-  time, so an endpoint that never answers cannot hold up the app's start.
+  time, bytes and count, and parsed off the event loop (`webapp.models.model_list`),
+  so an endpoint that never answers, or answers too much, cannot hold up the app.
 
 Each process asks on its own: with several processes, a Refresh reaches the one
 that serves it (the others ask again when they restart).
@@ -19,20 +20,18 @@ that serves it (the others ask again when they restart).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
-
-import httpx
 
 from webapp.config import EndpointConfig, PresetConfig
 from webapp.errors import ModelError
 from webapp.models.config import describe_model, model_from_settings
 from webapp.models.long_results import CutLongResults
+from webapp.models.model_list import list_models
+from webapp.models.model_list import models_url as _models_url
+from webapp.models.model_list import public_url as _public
 from webapp.models.offline import OfflineModel
 from webapp.models.openai_chat import OpenAIChatModel
 from webapp.runtime.model import Model, ModelPart, ModelRequest
@@ -125,6 +124,7 @@ class ModelRegistry:
         self._fixed = {name: NamedModel(name, model) for name, model in (fixed or {}).items()}
         self.presets = tuple(presets)
         self.timeout = timeout
+        self._refreshing: asyncio.Future[list[None]] | None = None
         for preset in self.presets:
             endpoint = preset.model.partition("/")[0]
             if endpoint not in self._endpoints and preset.model not in self._fixed:
@@ -224,9 +224,15 @@ class ModelRegistry:
     # --- the endpoints ---------------------------------------------------------------
 
     async def refresh(self) -> None:
-        """Ask every endpoint whose models the config does not list for them, at once."""
-        asked = [e for e in self._endpoints.values() if e.config.models is None]
-        await asyncio.gather(*(self._ask(e) for e in asked))
+        """Ask every endpoint whose models the config does not list for them, at once.
+        While one refresh runs, another waits for it rather than asking again: many
+        presses of Refresh cost the endpoints one question each."""
+        running = self._refreshing
+        if running is None or running.done():
+            asked = [e for e in self._endpoints.values() if e.config.models is None]
+            running = asyncio.ensure_future(asyncio.gather(*(self._ask(e) for e in asked)))
+            self._refreshing = running
+        await asyncio.shield(running)
 
     async def _ask(self, endpoint: _Endpoint) -> None:
         try:
@@ -286,44 +292,3 @@ class ModelRegistry:
             close = getattr(fixed.model, "aclose", None)
             if close is not None:
                 await close()
-
-
-async def list_models(endpoint: EndpointConfig, timeout: float) -> tuple[str, ...]:
-    """The model ids ``GET {base_url}/models`` lists; `ModelError` says why not."""
-    url = _models_url(endpoint)
-    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
-    try:
-        async with httpx.AsyncClient(timeout=timeout, trust_env=True) as client:
-            response = await client.get(endpoint.base_url + "/models", headers=headers)
-            body = response.content
-    except httpx.HTTPError as exc:
-        detail = str(exc) or type(exc).__name__
-        raise ModelError(f"cannot reach {url} ({detail}); is the server running?") from None
-    if response.status_code != 200:
-        raise ModelError(f"{url} answered HTTP {response.status_code} {response.reason_phrase}")
-    return _model_ids(body, url)
-
-
-def _model_ids(body: bytes, url: str) -> tuple[str, ...]:
-    try:
-        document: Any = json.loads(body)
-    except ValueError:
-        raise ModelError(f"{url} did not answer JSON") from None
-    data = document.get("data") if isinstance(document, dict) else None
-    if not isinstance(data, list):
-        raise ModelError(f"{url} answered without a 'data' list of models")
-    ids = [m.get("id") for m in data if isinstance(m, dict)]
-    # A name with a slash is fine (Qwen/Qwen2.5-7B): only the endpoint's part ends at one.
-    return tuple(dict.fromkeys(i.strip() for i in ids if isinstance(i, str) and i.strip()))
-
-
-def _models_url(endpoint: EndpointConfig) -> str:
-    return _public(endpoint.base_url) + "/models"
-
-
-def _public(url: str) -> str:
-    """The URL without any user:password@ part."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))

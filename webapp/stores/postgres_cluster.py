@@ -164,10 +164,19 @@ class PostgresCluster:
     runs over (``on_handover()``).
     """
 
-    def __init__(self, dsn: str, owner: str, lease: LeaseTimes | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        owner: str,
+        lease: LeaseTimes | None = None,
+        *,
+        events: int = 4,
+        locks: int = LOCK_CONNECTIONS,
+    ) -> None:
         self.dsn = dsn
         self.owner = owner
         self.lease = lease or LeaseTimes()
+        self._sizes = (events, locks)  # connections of the two pools (--db-pool-size)
         self.on_events: Callable[[str], None] = lambda run_id: None
         self.on_stop: Callable[[str], None] = lambda run_id: None
         self.on_handover: Callable[[], None] = lambda: None
@@ -186,11 +195,11 @@ class PostgresCluster:
     # --- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=4)
+        self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self._sizes[0])
         schema = await self._pool.fetchval("SELECT current_schema()")
         digest = hashlib.sha1(str(schema).encode()).hexdigest()[:16]
         self._channel = f"webapp_{digest}"
-        self._locks = await asyncpg.create_pool(self.dsn, min_size=1, max_size=LOCK_CONNECTIONS)
+        self._locks = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self._sizes[1])
         await self._listen()
         self._writer = asyncio.get_running_loop().create_task(self._write_events())
 

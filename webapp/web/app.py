@@ -37,6 +37,7 @@ from webapp.chats.limits import Limits
 from webapp.chats.store import ChatStore
 from webapp.chats.users import ThrottlePolicy
 from webapp.config import AppConfig
+from webapp.db_pools import DEFAULT_POOL_SIZE, PoolShares, shares
 from webapp.mcp_servers import McpServers
 from webapp.models.endpoints import ModelRegistry
 from webapp.models.offline import OfflineModel
@@ -69,6 +70,8 @@ from webapp.web.gate import Gate
 from webapp.web.live.lease_keeper import LeaseKeeper
 from webapp.web.live.local_cluster import LocalCluster
 from webapp.web.live.runs import RunManager
+from webapp.web.metrics import Metrics
+from webapp.web.operations import Health, Operations
 from webapp.web.security import SecurityMiddleware
 from webapp.web.templating import Templates, by_name
 from webapp.web.views import (
@@ -84,6 +87,7 @@ from webapp.web.views import (
     tools,
 )
 from webapp.web.views import models as model_views
+from webapp.web.views import operations as operation_views
 from webapp.web.views.responses import ERROR_TITLES, http_exception
 
 logger = logging.getLogger("webapp.web")
@@ -182,6 +186,8 @@ def routes(
             methods=["POST"],
             name="refresh_models",
         ),
+        # For administrators (a --metrics-token bearer is answered before the app).
+        Route("/metrics", operation_views.metrics, methods=["GET"], name="metrics"),
         *share_routes(),
         *project_routes(),
         *account_routes(auth or AuthSettings()),
@@ -275,6 +281,9 @@ def create_app(
     static_dir: str | os.PathLike[str] = STATIC_DIR,
     config: AppConfig | None = None,
     lease_seconds: float | None = None,
+    metrics_token: str | None = None,
+    access_log: bool = False,
+    db_pool_size: int = DEFAULT_POOL_SIZE,
 ) -> Starlette:
     """The chat app over one SQLite file, or a PostgreSQL database (``db_path`` a
     ``postgresql://`` URL) shared with other processes.
@@ -299,6 +308,10 @@ def create_app(
     ``lease_seconds``: with other processes on PostgreSQL, how long a run's lease lasts
     unrenewed, which is how soon another process takes over the runs of one that died
     (`webapp.stores.cluster.LeaseTimes`; 10 s by default).
+    ``metrics_token``: a bearer token that may read ``/metrics`` without an account;
+    ``access_log``: one log line per request (SPEC §17, `webapp.web.operations`).
+    ``db_pool_size``: on PostgreSQL, the most connections this process opens
+    (`webapp.db_pools`).
     """
     lease = LeaseTimes(lease_seconds) if lease_seconds is not None else LeaseTimes()
     body_timeout()  # WEBAPP_BODY_TIMEOUT read now: a bad value stops the app at start
@@ -306,6 +319,8 @@ def create_app(
         raise ValueError(f"max_message_chars must be at least 1, got {max_message_chars!r}")
     if token is not None and len(token) < 8:
         raise ValueError("the access token must be at least 8 characters long")
+    if metrics_token is not None and len(metrics_token) < 16:
+        raise ValueError("the metrics token must be at least 16 characters long")
     if models is None and agent is not None:
         models = ModelRegistry.single(agent.model) if agent.model else ModelRegistry()
     elif models is None:
@@ -326,9 +341,11 @@ def create_app(
     )
     templates = Templates(templates_dir, by_name(app.routes))
     secrets = [*redact, *models.secrets()]
-    store = ChatStore(db_path, limits=limits, throttle=throttle)
+    pools = shares(db_pool_size)
+    store = ChatStore(db_path, limits=limits, throttle=throttle, max_connections=pools.chats)
     state = _build_state(
         db_path,
+        pools,
         store,
         agent,
         models,
@@ -366,6 +383,13 @@ def create_app(
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=list(auth.trusted_proxies))
     if auth.mode == "header":
         app.add_middleware(TrustedHeaderGate, header=auth.header, trusted=auth.trusted_proxies)
+    app.add_middleware(  # outermost: probes and scrapers have no token, cookie or account
+        Operations,
+        health=state.health,
+        routes=app.routes,
+        metrics_token=metrics_token,
+        access_log=access_log,
+    )
     return app
 
 
@@ -379,6 +403,7 @@ def _backend(auth: AuthSettings, state: WebApp) -> AuthenticationBackend:
 
 def _build_state(
     db_path: str | os.PathLike[str],
+    pools: PoolShares,
     store: ChatStore,
     agent: Agent,
     models: ModelRegistry,
@@ -402,8 +427,12 @@ def _build_state(
     cluster: Cluster
     if is_postgres(db_path):
         dsn = str(db_path)
-        session, checkpointer = PostgresSession(dsn), PostgresCheckpointer(dsn)
-        cluster = PostgresCluster(dsn, owner=uuid.uuid4().hex[:12], lease=lease)
+        session = PostgresSession(dsn, max_connections=pools.session)
+        checkpointer = PostgresCheckpointer(dsn, max_connections=pools.checkpoints)
+        owner = uuid.uuid4().hex[:12]
+        cluster = PostgresCluster(
+            dsn, owner=owner, lease=lease, events=pools.events, locks=pools.locks
+        )
     else:
         session = SQLiteSession(db_path, wal=True)
         checkpointer = SQLiteCheckpointer(db_path, wal=True)
@@ -423,6 +452,13 @@ def _build_state(
         redact=scrub,
         max_turns=max_turns,
     )
+    metrics = Metrics()
+    runs.observer = metrics
+
+    async def waiting() -> int:
+        return len(await store.approvals.paused())
+
+    health = Health(store.ping, metrics=metrics, running=lambda: len(runs.owned()), waiting=waiting)
     return WebApp(
         chats=ChatService(store=store, session=session, checkpointer=checkpointer, runs=runs),
         runs=runs,
@@ -436,6 +472,7 @@ def _build_state(
         max_message_chars=max_message_chars,
         model_description=models.description() if models.names() else agent.name,
         models=chat_models,
+        health=health,
     )
 
 
@@ -469,7 +506,12 @@ def _lifespan(state: WebApp) -> Any:
             else:
                 stack.push_async_callback(keeper.stop)  # first: no renewal during shutdown
                 await keeper.start()  # resumes what no process holds, then keeps leases
-            yield
+            state.health.started = True  # /readyz: ready once the database answers too
+            try:
+                async with state.health.metrics.sampling_loop_lag():
+                    yield
+            finally:
+                state.health.started = False
 
     return lifespan
 

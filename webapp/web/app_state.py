@@ -21,6 +21,7 @@ from webapp.web.chat_service import ChatService
 from webapp.web.fragments import Fragments
 from webapp.web.live.lease_keeper import LeaseKeeper
 from webapp.web.live.runs import RunManager
+from webapp.web.operations import Health
 from webapp.web.templating import Templates
 
 
@@ -38,6 +39,7 @@ class WebApp:
     max_message_chars: int
     model_description: str
     models: ChatModels  # each chat's model and instructions, and the models on offer
+    health: Health  # readiness and the metrics (SPEC §17, webapp.web.operations)
     auth: AuthSettings = field(default_factory=AuthSettings)  # who may sign in, and how
 
 

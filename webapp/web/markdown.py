@@ -48,6 +48,8 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
+from webapp.web.byte_cache import ByteBoundedCache
+
 _SAFE_SCHEMES = ("http", "https", "mailto")
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*):")
 # Browsers ignore these inside a URL before the scheme ("java\tscript:" works).
@@ -504,11 +506,14 @@ def render_markdown(text: str) -> Markup:
     return Markup(_render(text))
 
 
-@functools.lru_cache(maxsize=1024)
-def _render(text: str) -> str:
-    # A finished reply's text never changes, and every page view renders the same
-    # replies again: the same text always gives the same HTML, so keep the latest.
+def _render_uncached(text: str) -> str:
     return _MD.render(text)
+
+
+# A finished reply's text never changes, and every page view renders the same replies
+# again: the same text always gives the same HTML, so keep the latest -- 16 MB of them.
+MARKDOWN_CACHE_BYTES = 16 * 1024 * 1024
+_render = ByteBoundedCache(_render_uncached, MARKDOWN_CACHE_BYTES)
 
 
 def pygments_css(light: str = "default", dark: str = "monokai") -> str:

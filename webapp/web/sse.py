@@ -153,6 +153,7 @@ async def stream(
     """
     ending = shutdown if shutdown is not None else anyio.Event()  # never set: no shutdown
     waker: asyncio.Task[None] | None = None
+    runs.readers.came(state)  # its live state stays while it is read
     try:
         if epoch != state.epoch or seq > state.seq:
             # Synchronous from here to the yield: the fragment is the reply at this position.
@@ -191,6 +192,7 @@ async def stream(
         logger.debug("client left run %s at %s", state.run_id, seq)
         raise
     finally:
+        runs.readers.left(state)
         if waker is not None:
             waker.cancel()
 

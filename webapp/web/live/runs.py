@@ -68,6 +68,7 @@ from webapp.web.live.chat_locks import ChatLocks
 from webapp.web.live.followers import Followers, publish_start, reply_to_json
 from webapp.web.live.host import Renderer
 from webapp.web.live.pauses import Pauses
+from webapp.web.live.readers import Readers
 from webapp.web.live.recovery import Recovery
 from webapp.web.live.reply import (
     ReplyStatus,
@@ -76,6 +77,7 @@ from webapp.web.live.reply import (
     reply_from_entries,
     split_run,
 )
+from webapp.web.live.run_end import NoObserver, RunObserver, retried
 from webapp.web.live.run_state import DONE, REASONING, TEXT, TOOL, Ending, RunState
 
 logger = logging.getLogger("webapp.web.live.runs")
@@ -113,10 +115,12 @@ class RunManager:
         self._attempts = itertools.count(1)
         self._runs: dict[str, RunState] = {}
         self._latest: dict[str, str] = {}  # chat_id -> run_id of its newest run
+        self.readers = Readers(self._forget_run)  # a finished run nobody reads goes
         self._locks = ChatLocks()  # dropped once unused: flat over any number of chats
         self._tasks: set[asyncio.Task[None]] = set()
         self.recovery = Recovery(self)  # owed runs taken up again (start-up, takeover)
         self.pauses = Pauses(self)  # runs waiting for a tool approval
+        self.observer: RunObserver = NoObserver()  # the metrics, when the app has them
 
     async def agent_for(self, chat_id: str) -> Agent:
         """The agent a run of ``chat_id`` starts (or resumes) with."""
@@ -171,6 +175,16 @@ class RunManager:
     def latest(self, chat_id: str) -> RunState | None:
         run_id = self._latest.get(chat_id)
         return self._runs.get(run_id) if run_id else None
+
+    def _forget_run(self, state: RunState) -> None:
+        """Drop a finished run's live state nobody reads (`Readers`); one that waits for
+        an approval, or that another process may take over, stays."""
+        if not state.finished or state.paused or state.abandoned or state.lease_lost:
+            return
+        if self._runs.get(state.run_id) is state:
+            del self._runs[state.run_id]
+            if self._latest.get(state.chat_id) == state.run_id:
+                del self._latest[state.chat_id]
 
     def forget_chat(self, chat_id: str) -> None:
         run_id = self._latest.pop(chat_id, None)
@@ -264,6 +278,7 @@ class RunManager:
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        self.observer.run_started()
 
     async def _consume(self, state: RunState) -> None:
         """The run's own task: events into the log, then the final bookkeeping."""
@@ -326,7 +341,11 @@ class RunManager:
             return
         try:
             with self.cluster.fenced(state.run_id, state.epoch):
-                reply = await self._record_outcome(state, event)
+                reply = await retried(
+                    lambda: self._record_outcome(state, event),
+                    f"run {state.run_id}: recording its outcome",
+                    self.observer,
+                )
             await self.pauses.mark_decided(state, reply)  # Allowed / Denied stay on the cards
             # The finished reply keeps its switcher, model and usage (its part of the tree).
             tree = await self.store.tree_around(state.chat_id, [reply.run_id])
@@ -337,16 +356,21 @@ class RunManager:
             state.phase.abandon()
             state.append_nothing()
             return
-        except Exception as exc:  # the store failed: say so on the reply, keep the run owed
+        except Exception as exc:  # the store failed: say so on the reply, release the chat
             logger.exception("run %s: could not record its outcome", state.run_id)
             reply = state.reply
             reply.status, reply.error = "failed", f"The reply could not be saved: {exc}"
+            await self._release(state, reply.error)
         await self.fragments.draw([reply])  # its Markdown, off the event loop
         state.reply = reply
         state.phase.finish()
         html = self.fragments.final_reply(state.chat_id, reply)
         self._record(state, DONE, html, {"reply": reply_to_json(reply)})
         await self._release_lease(state)
+        self.readers.finished(state)
+        self.observer.run_ended(
+            reply.status, getattr(getattr(event, "result", None), "usage", None)
+        )
         logger.info(
             "chat %s: run %s %s (%d characters, %d tool calls)",
             state.chat_id,
@@ -355,6 +379,21 @@ class RunManager:
             len(reply.text),
             len(reply.tools),
         )
+
+    async def _release(self, state: RunState, reason: str) -> None:
+        """Its outcome could not be recorded: release the chat, the run marked failed
+        (`webapp.web.live.run_end`); if even that fails, the next start recovers it."""
+        meta = {"status": "failed", "error": self.redact(reason)}
+        kept: list[Entry] = [UserEntry(state.input_text)] if state.continues is None else []
+        try:
+            with self.cluster.fenced(state.run_id, state.epoch):
+                await retried(
+                    lambda: self.store.release_run(state.chat_id, state.run_id, meta, kept),
+                    f"run {state.run_id}: releasing its chat",
+                    self.observer,
+                )
+        except Exception:
+            logger.exception("run %s: could not release its chat either", state.run_id)
 
     async def _record_outcome(self, state: RunState, event: TerminalEvent) -> ReplyView:
         chat_id, run_id = state.chat_id, state.run_id
