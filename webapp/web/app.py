@@ -82,12 +82,12 @@ from webapp.web.views import (
     messages,
     projects,
     search,
-    shares,
     stream,
     tools,
 )
 from webapp.web.views import models as model_views
 from webapp.web.views import operations as operation_views
+from webapp.web.views import shares as share_views
 from webapp.web.views.responses import ERROR_TITLES, http_exception
 
 logger = logging.getLogger("webapp.web")
@@ -198,20 +198,26 @@ def routes(
 def share_routes() -> list[Route]:
     """Share links (SPEC §15): the owner's page and actions, and the shared page."""
     return [
-        Route("/chats/{chat_id}/share", shares.share_page, methods=["GET"], name="share_page"),
-        Route("/chats/{chat_id}/share", shares.publish, methods=["POST"], name="share"),
+        Route("/chats/{chat_id}/share", share_views.share_page, methods=["GET"], name="share_page"),
+        Route("/chats/{chat_id}/share", share_views.publish, methods=["POST"], name="share"),
         Route(
-            "/chats/{chat_id}/share/revoke", shares.revoke, methods=["POST"], name="revoke_share"
+            "/chats/{chat_id}/share/revoke",
+            share_views.revoke,
+            methods=["POST"],
+            name="revoke_share",
         ),
-        Route("/s/{token}", shares.shared, methods=["GET"], name="shared"),
+        Route("/s/{token}", share_views.shared, methods=["GET"], name="shared"),
         Route(
             "/s/{token}/continue",
-            shares.continue_page,
+            share_views.continue_page,
             methods=["GET"],
             name="continue_shared_page",
         ),
         Route(
-            "/s/{token}/continue", shares.continue_shared, methods=["POST"], name="continue_shared"
+            "/s/{token}/continue",
+            share_views.continue_shared,
+            methods=["POST"],
+            name="continue_shared",
         ),
     ]
 
