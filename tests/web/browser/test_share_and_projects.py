@@ -12,6 +12,7 @@ from playwright.sync_api import Page, expect
 
 from .harness import AppFactory, FakeEndpoint, numbered_reply
 from .test_accounts import PASSWORD, _add_user
+from .test_axe import expect_no_violations
 from .ui import button, message_box, open_chat_options, open_new_chat, send_and_wait, users
 
 
@@ -31,6 +32,7 @@ def _share(page: Page) -> str:
     expect(button(page, "Copy link")).to_be_visible()
     found = re.search(r"(/s/[A-Za-z0-9_-]{43})$", box.input_value())
     assert found, box.input_value()
+    expect_no_violations(page, "the share page")
     return found.group(1)
 
 
@@ -65,6 +67,7 @@ def test_each_share_mode_under_password_sign_in(
     assert response.headers["referrer-policy"] == "no-referrer"
     _no_controls(bob)
     expect(bob.locator("[data-role=user]")).to_have_count(1)
+    expect_no_violations(bob, "a shared page")
     alice.goto(chat + "/share")
     button(alice, "Update link").click()
     bob.reload()
@@ -122,6 +125,7 @@ def test_project_instructions_reach_the_model_and_chats_move(
     page.get_by_label("Instructions", exact=True).fill("Answer in French.")
     button(page, "Save instructions").click()
     expect(page.get_by_label("Instructions", exact=True)).to_have_value("Answer in French.")
+    expect_no_violations(page, "a project's page")
 
     button(page, "New chat in project").click()
     expect(page).to_have_url(re.compile(r"/chats/[0-9a-f]{32}$"))
