@@ -10,6 +10,8 @@ to as little as it can (noindex; no referrer).
 
 from __future__ import annotations
 
+import time
+
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -50,6 +52,9 @@ async def share_page(request: Request) -> Response:
         chat=chat,
         link=link,
         url=url,
+        updated=(
+            time.strftime("%Y-%m-%d at %H:%M UTC", time.gmtime(link.updated_at)) if link else ""
+        ),
         chats=await app.chats.recent(owner),
         shared_ids=await app.store.shares.shared_chat_ids(owner),
         projects=await app.store.projects.of(owner),
