@@ -63,7 +63,14 @@ def build(db: Path, exchanges: int) -> str:
             conn.execute(
                 "INSERT INTO chat_runs (run_id, chat_id, parent_run_id, message_id, seq, "
                 "selected) VALUES (?, ?, ?, ?, ?, ?)",
-                (run_id, chat_id, f"run{turn - 1:05d}" if turn else None, run_id, turn + 1, turn + 1),
+                (
+                    run_id,
+                    chat_id,
+                    f"run{turn - 1:05d}" if turn else None,
+                    run_id,
+                    turn + 1,
+                    turn + 1,
+                ),
             )
     return chat_id
 

@@ -349,6 +349,48 @@
     }
   });
 
+  // Files dropped on a message box, or pasted into it, join its form's Attach files input
+  // (the form sends them as it sends a chosen file; without JavaScript, choose them there).
+  function attachTo(area, files) {
+    var form = area.closest("form");
+    var input = form ? form.querySelector("input[type=file][data-attach]") : null;
+    if (!input || !files || !files.length || typeof DataTransfer === "undefined") { return false; }
+    var all = new DataTransfer();
+    Array.prototype.forEach.call(input.files, function (f) { all.items.add(f); });
+    Array.prototype.forEach.call(files, function (f) { all.items.add(f); });
+    input.files = all.files;
+    return true;
+  }
+  document.addEventListener("dragover", function (event) {
+    if (event.target instanceof HTMLTextAreaElement && event.dataTransfer &&
+        Array.prototype.indexOf.call(event.dataTransfer.types, "Files") >= 0) {
+      event.preventDefault();
+    }
+  });
+  document.addEventListener("drop", function (event) {
+    var t = event.target;
+    if (t instanceof HTMLTextAreaElement && event.dataTransfer &&
+        attachTo(t, event.dataTransfer.files)) {
+      event.preventDefault();
+    }
+  });
+  document.addEventListener("paste", function (event) {
+    var t = event.target;
+    if (t instanceof HTMLTextAreaElement && event.clipboardData &&
+        event.clipboardData.files.length && attachTo(t, event.clipboardData.files)) {
+      event.preventDefault();  // a pasted image is attached, not pasted as its name
+    }
+  });
+
+  // A message sent takes its files with it: the next one starts with none.
+  document.addEventListener("htmx:afterRequest", function (event) {
+    var form = event.detail && event.detail.elt;
+    if (!(form instanceof HTMLFormElement) || !event.detail.successful) { return; }
+    form.querySelectorAll("input[type=file][data-attach]").forEach(function (input) {
+      input.value = "";
+    });
+  });
+
   document.addEventListener("htmx:sendError", function () {
     setAlert("The server could not be reached. Your text is still in the box; try again.");
   });

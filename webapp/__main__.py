@@ -77,6 +77,16 @@ def at_least_one(value: str) -> int:
     return number
 
 
+def positive_number(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {value!r}")
+    return number
+
+
 def lease_seconds(value: str) -> float:
     try:
         number = float(value)
@@ -281,6 +291,45 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(env WEBAPP_LEASE_SECONDS; default 10)",
     )
     parser.add_argument(
+        "--api-orphan-seconds",
+        type=positive_number,
+        default=env("WEBAPP_API_ORPHAN_SECONDS") or "30",
+        metavar="SECONDS",
+        help="an API run that every client has left is stopped after this long "
+        "(env WEBAPP_API_ORPHAN_SECONDS; default 30)",
+    )
+    parser.add_argument(
+        "--idempotency-hours",
+        type=positive_number,
+        default=env("WEBAPP_IDEMPOTENCY_HOURS") or "24",
+        metavar="HOURS",
+        help="how long an API request's Idempotency-Key names its run "
+        "(env WEBAPP_IDEMPOTENCY_HOURS; default 24)",
+    )
+    parser.add_argument(
+        "--max-attachment-mb",
+        type=positive_number,
+        default=env("WEBAPP_MAX_ATTACHMENT_MB") or "20",
+        metavar="MB",
+        help="the largest file a message may attach (env WEBAPP_MAX_ATTACHMENT_MB; default 20)",
+    )
+    parser.add_argument(
+        "--max-pdf-pages",
+        type=at_least_one,
+        default=env("WEBAPP_MAX_PDF_PAGES") or "2000",
+        metavar="N",
+        help="the most pages an attached PDF may have (env WEBAPP_MAX_PDF_PAGES; default 2000)",
+    )
+    parser.add_argument(
+        "--attachment-context-chars",
+        type=at_least_one,
+        default=env("WEBAPP_ATTACHMENT_CONTEXT_CHARS") or "60000",
+        metavar="N",
+        help="a message's documents go to the model whole up to this many characters, as "
+        "their most relevant excerpts beyond (env WEBAPP_ATTACHMENT_CONTEXT_CHARS; "
+        "default 60000)",
+    )
+    parser.add_argument(
         "--log-level",
         default=env("WEBAPP_LOG_LEVEL") or "info",
         choices=LOG_LEVELS,
@@ -348,144 +397,6 @@ def _check_auth(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         )
 
 
-def import_file(argv: Sequence[str]) -> int:
-    """`python -m webapp import FILE --db PATH`: a chat exported as JSON into a database."""
-    import asyncio
-    from pathlib import Path
-
-    from webapp.chats.file_format import MAX_FILE_BYTES, ChatFileError, parse
-    from webapp.chats.store import EVERY_CHAT, ChatStore
-    from webapp.stores.postgres import redact_dsn
-
-    parser = argparse.ArgumentParser(
-        prog="webapp import", description="Import a chat exported as JSON into a chat database."
-    )
-    parser.add_argument("file", help="the exported chat (.json)")
-    _db_argument(parser)
-    parser.add_argument(
-        "--user", metavar="NAME", help="whose chat it becomes (needed once the database has users)"
-    )
-    args = parser.parse_args(argv)
-    path = Path(args.file)
-    try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ChatFileError(f"The file is larger than {MAX_FILE_BYTES:,} bytes.")
-        chat = parse(path.read_bytes())
-    except OSError as exc:
-        print(f"webapp import: cannot read {args.file}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    except ChatFileError as exc:
-        print(f"webapp import: {args.file}: {exc} Nothing was imported.", file=sys.stderr)
-        return 2
-
-    async def store() -> str | None:
-        async with ChatStore(args.db) as chats:
-            owner = EVERY_CHAT
-            if args.user is not None:
-                account = await chats.users.find(args.user.strip().lower())
-                if account is None:
-                    return None
-                owner = account.owner
-            elif await chats.users.everyone():
-                return None
-            return await chats.import_chat(owner, chat)
-
-    chat_id = asyncio.run(store())
-    if chat_id is None:
-        why = f"there is no user {args.user!r}" if args.user else "the database has users"
-        print(
-            f"webapp import: {why}; say whose chat it is with --user NAME (an existing "
-            "user). Nothing was imported.",
-            file=sys.stderr,
-        )
-        return 2
-    print(f"webapp import: {chat.title or 'New chat'!r} is chat {chat_id} in {redact_dsn(args.db)}")
-    return 0
-
-
-def _db_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--db",
-        default=os.environ.get("WEBAPP_DB") or "chat.db",
-        help="chat database: a SQLite file, or postgresql://user:password@host:port/dbname "
-        "shared by any number of app processes (env WEBAPP_DB; default ./chat.db)",
-    )
-
-
-def _new_password(args: argparse.Namespace) -> str:
-    """From stdin (one line) with ``--password-stdin``, else asked twice at the terminal."""
-    import getpass
-
-    if args.password_stdin:
-        return sys.stdin.readline().rstrip("\r\n")
-    first = getpass.getpass(f"Password for {args.name}: ")
-    if getpass.getpass("The same again: ") != first:
-        raise ValueError("the two passwords differ; nothing was changed")
-    return first
-
-
-def users_command(argv: Sequence[str]) -> int:
-    """`python -m webapp users add|list|remove|set-password`: the accounts of --auth password."""
-    import asyncio
-
-    parser = argparse.ArgumentParser(
-        prog="webapp users", description="Accounts for --auth password (and header)."
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    add = commands.add_parser("add", help="add an account (the first admin gets older chats)")
-    add.add_argument("--admin", action="store_true", help="may manage users at /admin/users")
-    setter = commands.add_parser("set-password", help="set an account's password")
-    for sub in (add, setter):
-        sub.add_argument("name", help="user name")
-        sub.add_argument(
-            "--password-stdin", action="store_true", help="read the password from stdin"
-        )
-    remove = commands.add_parser("remove", help="delete an account and all its chats")
-    remove.add_argument("name", help="user name")
-    shown = commands.add_parser("list", help="list the accounts")
-    for sub in (add, setter, remove, shown):
-        _db_argument(sub)
-    args = parser.parse_args(argv)
-    try:
-        message = asyncio.run(_users(args))
-    except ValueError as exc:  # a bad name or password, a name taken: nothing changed
-        print(f"webapp users: {exc}", file=sys.stderr)
-        return 2
-    print(message)
-    return 0
-
-
-async def _users(args: argparse.Namespace) -> str:
-    from webapp.chats.passwords import hash_password_async
-    from webapp.chats.store import ChatStore
-    from webapp.chats.users import user_name
-
-    async with ChatStore(args.db) as store:
-        users = store.users
-        if args.command == "list":
-            lines = [
-                f"{a.name}{' (admin)' if a.is_admin else ''}{' (disabled)' if a.disabled else ''}"
-                for a in await users.everyone()
-            ]
-            return "\n".join(lines) or "webapp users: no accounts yet"
-        name = user_name(args.name)
-        found = await users.find(name)
-        if args.command == "add":
-            if found is not None:
-                raise ValueError(f"there is already a user named {name!r}")
-            account = await users.add(
-                name, await hash_password_async(_new_password(args)), admin=args.admin
-            )
-            return f"webapp users: added {account.name}{' (admin)' if args.admin else ''}"
-        if found is None:
-            raise ValueError(f"there is no user named {name!r}")
-        if args.command == "set-password":
-            await users.set_password(found.id, await hash_password_async(_new_password(args)))
-            return f"webapp users: new password for {name}"
-        chats = await store.remove_user(found.id)
-        return f"webapp users: removed {name} and {chats} chat{'s' if chats != 1 else ''}"
-
-
 def _has_accounts(db: str) -> bool:
     import asyncio
 
@@ -522,13 +433,15 @@ def _serve(app: Starlette, host: str, port: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["import"]:
-        return import_file(argv[1:])
-    if argv[:1] == ["users"]:
-        return users_command(argv[1:])
+    if argv[:1] in (["import"], ["users"]):
+        from webapp import commands
+
+        run = commands.import_file if argv[0] == "import" else commands.users_command
+        return run(argv[1:])
     args = parse_args(argv)
     configure_logging(args.log_level, args.log_format)
 
+    from webapp.chats.intake import AttachmentLimits
     from webapp.chats.limits import Limits
     from webapp.config import ConfigError, load_config
     from webapp.models.endpoints import ModelRegistry
@@ -566,6 +479,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             metrics_token=args.metrics_token,
             access_log=args.access_log,
             db_pool_size=args.db_pool_size,
+            api_orphan_seconds=args.api_orphan_seconds,
+            idempotency_hours=args.idempotency_hours,
+            attachment_limits=AttachmentLimits(
+                max_mb=args.max_attachment_mb,
+                max_pdf_pages=args.max_pdf_pages,
+                context_chars=args.attachment_context_chars,
+            ),
         )
     except ValueError as exc:
         print(f"webapp: {exc}", file=sys.stderr)

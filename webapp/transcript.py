@@ -16,8 +16,32 @@ from typing import Any, Union
 
 
 @dataclass(frozen=True)
+class Attachment:
+    """A file that came with a user message (SPEC §14); its bytes live in the chat database.
+
+    ``id`` is the content hash the bytes are stored under; ``context`` says how a
+    document's text goes to the model ("whole" or "excerpts"; "" for an image).
+    """
+
+    id: str
+    name: str
+    media_type: str
+    size: int
+    context: str = ""
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> Attachment:
+        known = {f.name for f in fields(Attachment)}
+        return Attachment(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
 class UserEntry:
     text: str
+    # What came with the message, recorded so that every attempt of its run (a
+    # resume after a crash, a regenerate) sends the model the same. Stored only
+    # when there are some.
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -71,7 +95,7 @@ def entry_to_dict(entry: Entry) -> dict[str, Any]:
 
 # Fields added after the first format, written only when they hold something: absent
 # means empty, so older readers and exports stay as they were.
-OMITTED_WHEN_EMPTY = ("images",)
+OMITTED_WHEN_EMPTY = ("images", "attachments")
 
 
 def omit_empty(data: dict[str, Any]) -> dict[str, Any]:
@@ -94,6 +118,14 @@ def entry_from_dict(data: dict[str, Any]) -> Entry:
     values = {k: v for k, v in data.items() if k in known}
     if isinstance(values.get("images"), list):  # JSON has no tuples
         values["images"] = tuple(values["images"])
+    if isinstance(values.get("attachments"), (list, tuple)):
+        try:
+            values["attachments"] = tuple(
+                a if isinstance(a, Attachment) else Attachment.from_dict(a)
+                for a in values["attachments"]
+            )
+        except (TypeError, AttributeError) as exc:
+            raise ValueError(f"malformed attachments in {data!r}: {exc}") from None
     try:
         return cls(**values)  # type: ignore[no-any-return]
     except TypeError as exc:

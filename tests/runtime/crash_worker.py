@@ -3,7 +3,9 @@
 usage: crash_worker.py DB LOG MODE TURNS_JSON
 DB is a SQLite file, or a postgresql:// URL for the PostgreSQL stores.
 MODE "exit" makes the `explode` tool call os._exit(3); MODE "hang" makes `hang`
-block until the test kills the process; anything else lets both return.
+block until the test kills the process; anything else lets both return. MODE
+"stream" streams text turns a word every 10 ms and appends each word, as it is
+streamed, to LOG + ".text" (what a reader of the reply saw).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from webapp import (
     SQLiteSession,
     tool,
 )
+from webapp.events import TextDelta
 from webapp.models import ScriptedModel
+from webapp.transcript import entry_to_dict
 
 DB, LOG, MODE, TURNS = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 
@@ -63,21 +67,31 @@ async def hang(ctx: RunContext) -> str:
 
 async def main() -> None:
     turns = [[tuple(call) for call in t] if isinstance(t, list) else t for t in TURNS]
-    model = ScriptedModel(turns)
+    model = ScriptedModel(turns, chunk_delay=0.01 if MODE == "stream" else 0.0)
     agent = Agent("worker", model=model, tools=[record, explode, hang])
     if DB.startswith("postgresql://"):
         session, cp = PostgresSession(DB), PostgresCheckpointer(DB)
     else:
         session, cp = SQLiteSession(DB, wal=True), SQLiteCheckpointer(DB, wal=True)
     async with session, cp:
-        result = await Runner.run(
+        handle = Runner.stream(
             agent,
             "do the job",
             session=session,
             session_id="job-chat",
             checkpoint=CheckpointOptions(cp, "job-42"),
         )
-    print(json.dumps({"output": result.output, "model_calls": len(model.requests)}), flush=True)
+        with open(LOG + ".text", "a", encoding="utf-8") as seen:  # noqa: ASYNC230 -- a test's log
+            async for event in handle:
+                if isinstance(event, TextDelta):
+                    seen.write(event.text)
+                    seen.flush()
+        result = await handle.result()
+    out = {"output": result.output, "model_calls": len(model.requests)}
+    if MODE == "stream":
+        out["requests"] = [[entry_to_dict(e) for e in r] for r in model.requests]
+        out["continued"] = model.continued
+    print(json.dumps(out), flush=True)
 
 
 asyncio.run(main())

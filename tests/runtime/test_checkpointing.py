@@ -225,16 +225,22 @@ async def test_cancel_keeps_partial_text_marks_interrupted_and_resume_finishes(s
         await handle.result()
     snapshot = await stores.checkpointer.load("c1")
     assert snapshot.status == "interrupted"
-    assert snapshot.entries == [UserEntry("count")]  # the unfinished turn is not saved
+    assert snapshot.entries == [UserEntry("count")]  # the unfinished turn is not an entry
     assert await stores.session.segments("s") == []  # not written to the session
 
-    model = ScriptedModel([words])
+    # Its streamed text is kept beside the checkpoint (SPEC §6): the resume continues
+    # it, as Continue does, instead of redoing the turn.
+    rest = words[len(seen) :]
+    model = ScriptedModel([rest])
     result = await Runner.run(
         Agent("a", model=model), "ignored", session=stores.session, session_id="s", checkpoint=opts
     )
     assert result.output == words
-    assert model.requests == [[UserEntry("count")]]  # original input, new one ignored
-    assert len(await stores.session.segments("s")) == 1
+    # the original input (the new one ignored), then the saved text to continue
+    assert model.requests == [[UserEntry("count"), AssistantEntry(seen)]]
+    assert model.continued == [True]
+    (segment,) = await stores.session.segments("s")
+    assert segment.entries == [UserEntry("count"), AssistantEntry(words)]
 
 
 async def test_cancel_interrupts_a_running_tool_promptly():

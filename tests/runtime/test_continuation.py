@@ -178,8 +178,9 @@ async def test_a_stopped_continuation_keeps_only_its_own_text_and_resumes_as_one
     snapshot = await stores.checkpointer.load("r2")
     assert snapshot.status == "interrupted" and snapshot.entries == []
 
-    # a re-submission resumes it, still as a continuation of the same reply
-    model = ScriptedModel([" 4 5"])
+    # a re-submission resumes it, still as a continuation of the same reply, and goes
+    # on from the text it had streamed: one assistant message, the saved text in it once
+    model = ScriptedModel([" 42 43"])
     resume = CheckpointOptions(stores.checkpointer, "r2", if_run_exists="resume_only")
     events = [
         e
@@ -192,9 +193,10 @@ async def test_a_stopped_continuation_keeps_only_its_own_text_and_resumes_as_one
         )
     ]
     assert isinstance(events[0], RunStarted) and events[0].resumed
-    assert model.requests == [STOPPED] and model.continued == [True]
+    assert model.requests == [[STOPPED[0], AssistantEntry("1 2 3" + seen)]]
+    assert model.continued == [True]
     assert isinstance(events[-1], RunCompleted)
-    assert events[-1].result.entries == [AssistantEntry(" 4 5")]
+    assert events[-1].result.entries == [AssistantEntry(seen + " 42 43")]
 
 
 async def test_a_reply_cut_by_the_output_limit_is_recorded_in_the_segment_meta(stores):

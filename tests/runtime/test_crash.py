@@ -134,3 +134,47 @@ def test_sigkill_during_a_tool_then_resubmit_finishes(db, tmp_path):
         "ToolResultEntry",
         "AssistantEntry",
     ]
+
+
+def test_sigkill_mid_reply_then_resubmit_continues_the_saved_text(db, tmp_path):
+    """SPEC §6: the text streamed before the crash stays; the model is asked to go on."""
+    log = tmp_path / "effects.log"
+    seen_file = Path(str(log) + ".text")
+    words = [f"w{i} " for i in range(1, 401)]
+    proc = start(db, log, "stream", ["".join(words)])
+    deadline = time.monotonic() + 30
+    while len(seen_file.read_text().split() if seen_file.exists() else []) < 60:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the worker did not stream"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    seen = seen_file.read_text()
+
+    saved = asyncio.run(saved_text(db))
+    assert seen.startswith(saved)
+    # 250 ms of text is 25 words at this pace; the margin is for a loaded machine
+    assert len(seen.split()) - len(saved.split()) <= 40, (len(seen.split()), len(saved.split()))
+
+    rest = "".join(words)[len(saved) :]
+    code, out, err = finish(start(db, log, "stream", [rest]))
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["output"] == "".join(words)  # the saved words once, then the rest
+    (request,) = result["requests"]
+    assert request[-1] == {"type": "assistant", "text": saved}
+    assert result["continued"] == [True]
+    segments, snapshot = stored(db)
+    assert snapshot.status == "completed"
+    assert [type(e).__name__ for e in segments[0].entries] == ["UserEntry", "AssistantEntry"]
+    assert segments[0].entries[1].text == "".join(words)
+
+
+async def saved_text(db: str) -> str:
+    if db.startswith("postgresql://"):
+        checkpointer = PostgresCheckpointer(db)
+    else:
+        checkpointer = SQLiteCheckpointer(db, wal=True)
+    async with checkpointer as cp:
+        found = await cp.load_streamed("job-42", 0)
+    return found.text if found is not None else ""

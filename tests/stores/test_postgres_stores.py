@@ -97,7 +97,7 @@ async def test_opened_lazily_with_versions_recorded_and_data_outliving_the_insta
     await cp.close()
     assert {"schema_versions", "session_segments", "checkpoint_heads"} <= await tables(raw)
     versions = dict(await raw.fetch("SELECT name, version FROM schema_versions"))
-    assert versions == {"session": 1, "checkpoint": 1}
+    assert versions == {"session": 1, "checkpoint": 2}  # 2: the streamed text (issue 35)
 
     async with PostgresSession(postgres_dsn) as again, PostgresCheckpointer(postgres_dsn) as cp2:
         assert [(s.run_id, s.meta) for s in await again.segments("s")] == [("r", {"m": 1})]

@@ -80,7 +80,7 @@ async def test_schema_versions_are_recorded(tmp_path: Path) -> None:
         await c.load("x")
     with raw(db) as conn:
         rows = dict(conn.execute("SELECT name, version FROM schema_versions").fetchall())
-        assert rows == {"session": 1, "checkpoint": 1}
+        assert rows == {"session": 1, "checkpoint": 2}  # 2: the streamed text (issue 35)
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 

@@ -14,6 +14,7 @@ import pytest
 from webhelpers import HX, MakeClient, parse_html
 
 from webapp.chats.file_format import ChatFileError, parse, to_json
+from webapp.chats.intake import AttachmentLimits
 from webapp.chats.users import EVERY_CHAT
 from webapp.models import ScriptedModel
 from webapp.transcript import AssistantEntry, ToolCallEntry, ToolResultEntry, UserEntry
@@ -193,14 +194,16 @@ def test_a_tool_consistent_tree_parses():
 
 
 async def test_bad_files_write_nothing_and_say_why(web_client_factory: MakeClient):
-    client = await web_client_factory(model=ScriptedModel([]))
+    # A chat file may be larger by a message's worth of attached files (in base64).
+    limits = AttachmentLimits(max_mb=0.1)
+    client = await web_client_factory(model=ScriptedModel([]), attachment_limits=limits)
     await client.new_chat()
     before = await client.web.chats.recent(EVERY_CHAT)
     for name, data, status, words in [
         ("x.json", b"{broken", 400, "not JSON"),
         ("x.json", b"", 400, "empty"),
         ("x.json", json.dumps({**VALID, "format_version": 9}).encode(), 400, "newer"),
-        ("x.json", b" " * (10 * 1024 * 1024 + 1), 413, "larger than"),
+        ("x.json", b" " * (10 * 1024 * 1024 + 10 * limits.max_bytes * 4 // 3 + 1), 413, "larger"),
     ]:
         response = await client.http.post(
             "/chats/import", files={"file": (name, data, "application/json")}

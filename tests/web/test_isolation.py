@@ -43,6 +43,9 @@ ADMIN |= {"sign_out_user", "metrics"}
 NOT_ON_A_PAGE = {"chat_usage", "decide"}
 # Routes that name no chat and show every person the same (the tools and models).
 SHARED = {"tools", "refresh_models"}
+# The API: the key a request carries says who asks, not the cookie (tests/web/api).
+API = {"api_models", "api_completions", "api_run_events", "api_cancel"}
+PER_PERSON |= {"api_keys", "create_api_key", "revoke_api_key"}
 
 
 @dataclass(frozen=True)
@@ -130,9 +133,13 @@ def _addresses_a_chat(app: Starlette, method: str, path: str) -> bool:
 
 
 async def _alice_makes_chats(client: WebClient, alice: httpx.AsyncClient) -> dict[str, str]:
-    """Chats with versions, a stopped reply and a reply still streaming."""
+    """Chats with versions (and an attached file), a stopped reply and a reply still
+    streaming."""
     versions, stopped, live = await new_chat(alice), await new_chat(alice), await new_chat(alice)
-    await alice.post(f"/chats/{versions}/messages", data={"text": f"first {SECRET}"})
+    attached = [("files", ("notes.txt", f"notes {SECRET}".encode(), "text/plain"))]
+    await alice.post(
+        f"/chats/{versions}/messages", data={"text": f"first {SECRET}"}, files=attached
+    )
     await client.wait_idle(versions)
     await alice.post(f"/chats/{versions}/messages", data={"text": f"second {SECRET}"})
     await client.wait_idle(versions)
@@ -163,6 +170,7 @@ async def _alices_rows(client: WebClient, chat_ids: list[str]) -> list[object]:
         ("session_segments", "session_id"),
         ("sends", "chat_id"),
         ("run_inputs", "chat_id"),
+        ("message_files", "chat_id"),
     ):
         got = await rows(client.db, f"SELECT * FROM {table} WHERE {column} IN ({marks})", *chat_ids)
         found.append(sorted(map(repr, got)))
@@ -212,6 +220,8 @@ async def test_another_persons_chats_are_404_on_every_route_and_change_nothing(
                 await _refused(bob, Attempt(attempt.method, mine, attempt.fields, attempt.htmx))
         some_run = min(alice_runs - {""})
         for route in app.routes:
+            if route.name in API:
+                continue
             if isinstance(route, Route) and {"chat_id", "run_id"} & set(route.param_convertors):
                 values = {"chat_id": chats["versions"], "run_id": some_run}
                 wanted = {name: values.get(name, "x") for name in route.param_convertors}
@@ -224,13 +234,13 @@ async def test_another_persons_chats_are_404_on_every_route_and_change_nothing(
             for r in app.routes
             if isinstance(r, Route) and {"chat_id", "run_id"} & set(r.param_convertors)
         }
-        unreached = sorted(chat_routes - tried - NOT_ON_A_PAGE)
+        unreached = sorted(chat_routes - tried - NOT_ON_A_PAGE - API)
         assert not unreached, (
             f"routes no page of Alice's reaches, so this test cannot try them as another "
             f"person: {unreached}. Give Alice content that shows them."
         )
         names = {r.name for r in app.routes if isinstance(r, Route | Mount)}
-        known = PER_PERSON | ACCOUNTS | ADMIN | SHARED | PROJECTS_AND_SHARED | {"static"}
+        known = PER_PERSON | ACCOUNTS | ADMIN | SHARED | API | PROJECTS_AND_SHARED | {"static"}
         unknown = sorted(names - chat_routes - known)
         assert not unknown, f"routes this test does not cover yet: {unknown}"
 

@@ -102,7 +102,8 @@ async def test_a_preset_on_the_new_chat_page_sets_model_instructions_and_paramet
     assert (settings.temperature, settings.max_tokens) == (0.2, 256)
     agent = await client.web.agents.chat_agent(chat_id)
     assert agent.instructions == "You review code."
-    built = agent.model.model.model  # type: ignore[union-attr]  # cut results, named, built
+    # files (§14), cut results, named, built
+    built = agent.model.model.model.model  # type: ignore[union-attr]
     assert (built.temperature, built.max_tokens) == (0.2, 256)
     # The endpoint is down: the run failed saying so, and the app goes on.
     reply = replies(await client.page(chat_id))[0]

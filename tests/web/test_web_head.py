@@ -7,6 +7,7 @@ HEAD response would still carry the body Starlette hands the server to drop.
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -62,10 +63,13 @@ async def test_head_on_a_live_runs_event_stream_answers_at_once_with_no_body(tmp
 
 
 async def test_every_get_route_answers_head_like_get_without_a_body(tmp_path: Path):
-    app = create_app(tmp_path / "chat.db", model=ScriptedModel(["short"]))
+    app = create_app(tmp_path / "chat.db", model=ScriptedModel(["short", "short"]))
     async with serve(app) as base, httpx.AsyncClient(base_url=base, timeout=10) as http:
         chat_id = (await http.post("/chats")).headers["location"].rsplit("/", 1)[1]
-        await http.post(f"/chats/{chat_id}/messages", data={"text": "hi"})
+        # With a file: its download is a GET route too (SPEC §14).
+        note = {"files": ("note.txt", b"a note", "text/plain")}
+        sent = await http.post(f"/chats/{chat_id}/messages", data={"text": "hi"}, files=note)
+        assert sent.status_code < 400, sent.text
 
         async def finished() -> str:
             while True:
@@ -75,22 +79,31 @@ async def test_every_get_route_answers_head_like_get_without_a_body(tmp_path: Pa
                 await asyncio.sleep(0.02)
 
         run_id = await asyncio.wait_for(finished(), 10)
+        page = (await http.get(f"/chats/{chat_id}")).text
+        (file_id,) = set(re.findall(rf"/chats/{chat_id}/files/([0-9a-f]+)", page))
         await http.post(f"/chats/{chat_id}/share")
-        token = app.state.web.store.shares
-        link = await token.link(EVERY_CHAT, chat_id)
+        link = await app.state.web.store.shares.link(EVERY_CHAT, chat_id)
         project = (await http.post("/projects", data={"name": "p"})).headers["location"]
         params = {
             "chat_id": chat_id,
             "run_id": run_id,
+            "file_id": file_id,
             "token": link.token,
             "project_id": project.rsplit("/", 1)[1],
         }
+        # An API run too: its event stream is a GET route of its own (SPEC §16).
+        (model,) = (await http.get("/v1/models")).json()["data"]
+        asked = {"model": model["id"], "messages": [{"role": "user", "content": "hi"}]}
+        api_run_id = (await http.post("/v1/chat/completions", json=asked)).headers["x-run-id"]
         paths = []
         for route in app.routes:
             if isinstance(route, Mount):
                 paths.append(route.path + "/app.js")  # the static files
             elif isinstance(route, Route) and route.methods and "GET" in route.methods:
-                wanted = {name: params[name] for name in route.param_convertors}
+                given = (
+                    {**params, "run_id": api_run_id} if route.path.startswith("/v1/") else params
+                )
+                wanted = {name: given[name] for name in route.param_convertors}
                 paths.append(app.url_path_for(route.name, **wanted))
         assert f"/chats/{chat_id}/runs/{run_id}/events" in paths
         for path in paths:

@@ -14,6 +14,7 @@ from webapp.models import ScriptedModel
 from webapp.stores.checkpoint import RunHead
 from webapp.stores.sqlite_checkpoint import SQLiteCheckpointer
 from webapp.stores.sqlite_session import SQLiteSession
+from webapp.stores.streamed import StreamedPiece
 from webapp.transcript import (
     AssistantEntry,
     Entry,
@@ -218,6 +219,7 @@ async def test_shutdown_mid_run_resumes_on_the_next_start(tmp_path: Path):
 
         await eventually(streaming, 10, "the reply to stream")
         run_id = first.state.web.runs.latest(chat_id).run_id
+    shown = first.state.web.runs.latest(chat_id).reply.text  # when the server went away
     # Clients still connected during the shutdown are told to retry (the next process
     # resumes the run), never given a final reply.
     transport = httpx.ASGITransport(app=first)
@@ -230,9 +232,14 @@ async def test_shutdown_mid_run_resumes_on_the_next_start(tmp_path: Path):
     assert await session.segments(chat_id) == []
     snapshot = await cp.load(run_id)
     assert snapshot is not None and snapshot.status == "interrupted"
+    # Everything the reply showed was saved at the shutdown (SPEC §6): the next start
+    # continues it instead of answering again.
+    saved = await cp.load_streamed(run_id, 0)
+    assert saved is not None and saved.text == shown and words.startswith(shown)
     await session.close()
     await cp.close()
-    second = create_app(db, model=ScriptedModel([words]))
+    model = ScriptedModel([words[len(shown) :]])
+    second = create_app(db, model=model)
     async with second.router.lifespan_context(second):
         web = second.state.web
 
@@ -245,7 +252,110 @@ async def test_shutdown_mid_run_resumes_on_the_next_start(tmp_path: Path):
         assert [(s.run_id, s.entries) for s in segments] == [
             (run_id, [UserEntry("talk"), AssistantEntry(words)])
         ]
+        assert model.requests == [[UserEntry("talk"), AssistantEntry(shown)]]
+        assert model.continued == [True]
         transport = httpx.ASGITransport(app=second)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
             page = parse_html((await http.get(f"/chats/{chat_id}")).text)
         assert len(page.find_all(data_role="assistant")) == 1
+
+
+async def test_a_crash_keeps_the_streamed_text_and_the_run_continues_it(
+    web_client_factory: MakeClient, tmp_path: Path
+):
+    """SPEC §6: the saved text stays on screen, and the model goes on from it."""
+    db = tmp_path / "chat.db"
+    chat_id = await leave_behind(db, [UserEntry("count please")])
+    async with SQLiteCheckpointer(db, wal=True) as cp:  # what streamed before the crash
+        await cp.save_streamed(RUN, StreamedPiece(1, 0, "one two"))
+        await cp.save_streamed(RUN, StreamedPiece(1, 1, " three"))
+    model = ScriptedModel([" four five six"], chunk_delay=0.2)
+    client = await web_client_factory(db=db, model=model)
+    reply = replies(await client.page(chat_id))[0]
+    assert reply.attrs["data-status"] == "streaming"
+    assert reply.find(class_="content").text().startswith("one two three")
+    await client.wait_idle(chat_id)
+    (segment,) = await client.web.session.segments(chat_id)
+    assert segment.entries == [
+        UserEntry("count please"),
+        AssistantEntry("one two three four five six"),
+    ]
+    assert model.requests == [[UserEntry("count please"), AssistantEntry("one two three")]]
+    assert model.continued == [True]
+
+
+async def test_a_stop_interrupted_by_a_crash_keeps_the_streamed_text(
+    web_client_factory: MakeClient, tmp_path: Path
+):
+    db = tmp_path / "chat.db"
+    chat_id = await leave_behind(db, [UserEntry("hi")], "interrupted", stop_requested=True)
+    async with SQLiteCheckpointer(db, wal=True) as cp:
+        await cp.save_streamed(RUN, StreamedPiece(1, 0, "what the page showed"))
+    model = ScriptedModel([])  # must not be called: the user stopped this run
+    client = await web_client_factory(db=db, model=model)
+    (segment,) = await client.web.session.segments(chat_id)
+    assert segment.meta == {"status": "stopped"}
+    assert segment.entries == [UserEntry("hi"), AssistantEntry("what the page showed")]
+    assert model.requests == []
+
+
+async def test_a_turn_that_was_calling_tools_is_redone(
+    web_client_factory: MakeClient, tmp_path: Path
+):
+    db = tmp_path / "chat.db"
+    chat_id = await leave_behind(db, [UserEntry("hi")])
+    async with SQLiteCheckpointer(db, wal=True) as cp:
+        await cp.save_streamed(RUN, StreamedPiece(1, 0, "Let me look that up."))
+        await cp.save_streamed(RUN, StreamedPiece(1, 1, calls=True))
+    model = ScriptedModel(["Hello."])
+    client = await web_client_factory(db=db, model=model)
+    await client.wait_idle(chat_id)
+    (segment,) = await client.web.session.segments(chat_id)
+    assert segment.entries == [UserEntry("hi"), AssistantEntry("Hello.")]
+    assert model.continued == [False]
+
+
+async def test_a_continue_interrupted_by_a_shutdown_resumes_as_one_reply(tmp_path: Path):
+    db = tmp_path / "chat.db"
+    rest = " ".join(f"w{i}" for i in range(5, 60))
+    first_model = ScriptedModel(["w1 w2 w3 w4", " " + rest], chunk_delay=0.02)
+    first = create_app(db, model=first_model)
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(first.router.lifespan_context(first))
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=first), base_url="http://t")
+        await stack.enter_async_context(http)
+        chat_id = (await http.post("/chats")).headers["location"].rsplit("/", 1)[1]
+        await http.post(f"/chats/{chat_id}/messages", data={"text": "talk"})
+        web = first.state.web
+
+        async def streaming(at_least: int) -> bool:
+            state = web.runs.latest(chat_id)
+            return state is not None and len(state.reply.text.split()) >= at_least
+
+        await eventually(lambda: streaming(2), 10, "the reply to stream")
+        run_id = web.runs.latest(chat_id).run_id
+        await http.post(f"/chats/{chat_id}/runs/{run_id}/stop")
+        stopped = (await web.session.segments(chat_id))[0].entries[1].text
+        await http.post(f"/chats/{chat_id}/runs/{run_id}/continue")
+        await eventually(lambda: streaming(len(stopped.split()) + 5), 10, "the continuation")
+    shown = first.state.web.runs.latest(chat_id).reply.text  # the reply when the server went
+    second_model = ScriptedModel([rest[len(shown) - len(stopped) - 1 :]])
+    second = create_app(db, model=second_model)
+    async with second.router.lifespan_context(second):
+        web = second.state.web
+
+        async def idle() -> bool:
+            chat = await web.chats.get(EVERY_CHAT, chat_id)
+            return chat is not None and chat.active_run_id is None
+
+        await eventually(idle, 10, "the resumed continuation to finish")
+        (segment,) = await web.session.segments(chat_id)
+        assert segment.run_id == run_id
+        assert segment.entries == [UserEntry("talk"), AssistantEntry(stopped + " " + rest)]
+        # the model saw one assistant message: the stopped text and the continuation's own
+        assert second_model.requests == [[UserEntry("talk"), AssistantEntry(shown)]]
+        transport = httpx.ASGITransport(app=second)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+            page = parse_html((await http.get(f"/chats/{chat_id}")).text)
+        (reply,) = replies(page)
+        assert reply.attrs["data-run-id"] == run_id

@@ -25,7 +25,7 @@ from webhelpers import (
     two_processes,
 )
 
-from webapp.models import ScriptedModel
+from webapp.models import OfflineModel, ScriptedModel
 from webapp.web import create_app
 
 NUMBERS = " ".join(str(i) for i in range(1, 81))
@@ -207,11 +207,12 @@ async def test_versions_change_from_either_process(postgres_dsn: str):
 async def test_a_run_whose_lease_passes_elsewhere_stops_here_and_is_recorded_once(
     postgres_dsn: str,
 ):
-    model = ScriptedModel([NUMBERS, NUMBERS], chunk_delay=0.05)
-    app = create_app(postgres_dsn, model=model)
+    # The offline model: the takeover continues the text saved before the lease was
+    # lost (SPEC §6), and it goes on counting from the next number.
+    app = create_app(postgres_dsn, model=OfflineModel(delay=0.05))
     async with serve(app) as base, httpx.AsyncClient(base_url=base, timeout=20) as http:
         chat_id = await new_chat(http)
-        url = await live_reply_url(http, chat_id, "count")
+        url = await live_reply_url(http, chat_id, "count to 80")
         run_id = url.split("/runs/")[1].split("/")[0]
         await read_events(http, url, {}, limit=3)
         conn = await asyncpg.connect(postgres_dsn)

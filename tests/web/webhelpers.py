@@ -469,7 +469,8 @@ _SQLITE_STEPS_UNDONE: dict[int, tuple[str, ...]] = {
         "DROP INDEX chats_by_user",
         "ALTER TABLE chats DROP COLUMN user_id",
     ),
-    11: (
+    11: ("DROP TABLE checkpoint_partials",),
+    14: (
         "DROP TABLE shares",
         "DROP TABLE share_segments",
         "DROP TABLE projects",

@@ -23,10 +23,17 @@ import math
 import re
 import time
 import uuid
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from webapp.chats.db import Tx
+from webapp.chats.file_export import (
+    ExportedFile,
+    FilesError,
+    check_attachments,
+    files_to_json,
+    parse_files,
+)
 from webapp.chats.session_rows import append_segments
 from webapp.chats.text import (
     MAX_MESSAGE_CHARS,
@@ -77,6 +84,7 @@ class ChatFile:
     created_at: float
     updated_at: float
     runs: list[ExportedRun]  # creation order
+    files: list[ExportedFile] = field(default_factory=list)  # what they attached (§14)
     project: str | None = None  # the name of the project the chat was in
 
 
@@ -150,6 +158,8 @@ def to_json(chat_id: str, chat: ChatFile) -> str:
             for run in chat.runs
         ],
     }
+    if chat.files:
+        document["files"] = files_to_json(chat.files)
     # Strict JSON: Infinity and NaN are not JSON, and no importer would take them back.
     return json.dumps(document, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
 
@@ -173,7 +183,10 @@ def to_markdown(chat: ChatFile) -> str:
 
 def _markdown_entry(entry: Entry) -> list[str]:
     if isinstance(entry, UserEntry):
-        return ["## You", "", entry.text, ""]
+        lines = ["## You", "", entry.text, ""]
+        if entry.attachments:  # listed by name; the bytes are in the JSON export only
+            lines += [f"*Attached: {_line(a.name)}*  " for a in entry.attachments] + [""]
+        return lines
     if isinstance(entry, AssistantEntry):
         return ["## Assistant", "", entry.text, ""] if entry.text else []
     if isinstance(entry, ReasoningEntry):
@@ -289,11 +302,16 @@ def parse(data: bytes, *, max_message_chars: int = MAX_MESSAGE_CHARS) -> ChatFil
         seen[run.run_id] = run
         runs.append(run)
     now = time.time()
+    try:
+        files = parse_files(document, [e for run in runs for e in run.entries])
+    except FilesError as exc:
+        raise ChatFileError(str(exc)) from None
     return ChatFile(
         title,
         _time(document, "created_at", now),
         _time(document, "updated_at", now),
         _ranked(runs),
+        files,
         " ".join(project.split()) or None,
     )
 
@@ -406,13 +424,17 @@ def _entry(raw: object, where: str, max_message_chars: int) -> Entry:
         reason = str(exc)  # it quotes the entry, which may be most of the file
         raise ChatFileError(f"{where}: {reason[:300]}{'…' if len(reason) > 300 else ''}") from None
     cleaned: dict[str, Any] = {}
+    try:
+        check_attachments(raw, where)
+    except FilesError as exc:
+        raise ChatFileError(str(exc)) from None
     if "images" in raw and not (
         isinstance(raw["images"], list)
         and all(isinstance(i, str) and i.startswith("data:image/") for i in raw["images"])
     ):
         raise ChatFileError(f"{where}.images: expected a list of data:image/ URLs.")
     for f in fields(entry):  # type: ignore[arg-type]
-        if f.name == "images":
+        if f.name in ("images", "attachments"):
             continue
         value = getattr(entry, f.name)
         expected = bool if f.name == "is_error" else str

@@ -9,16 +9,17 @@ caller above can forget the check (SPEC §13).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from webapp.chats import file_format, share_rows, tool_approvals
+from webapp.chats import attachments, file_format, share_rows, tool_approvals
 from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
 from webapp.chats.db import ChatDatabase, Dialect, Tx
+from webapp.chats.file_export import ExportedFile
 from webapp.chats.file_format import ChatFile
 from webapp.chats.search import SearchHit
 from webapp.chats.users import Owner, delete_account
@@ -29,8 +30,16 @@ CHAT_COLUMNS = (
 
 # What a run in flight resumes from, dropped with it: its checkpoint, the input it
 # was started with (`begin_run` writes it with the run, before the run's first
-# checkpoint can exist), and whether it waits for a tool approval.
-CHECKPOINT_TABLES = ("checkpoint_heads", "checkpoint_entries", "run_inputs", "paused_runs")
+# checkpoint can exist), whether it waits for a tool approval, the text its turn in
+# flight streamed (webapp.stores.streamed), and the attachments it was started with.
+CHECKPOINT_TABLES = (
+    "checkpoint_heads",
+    "checkpoint_entries",
+    "run_inputs",
+    "paused_runs",
+    "checkpoint_partials",
+    "run_files",
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,7 @@ class Chat:
     active_run_id: str | None = None
     stop_requested_run_id: str | None = None
     continues_run_id: str | None = None  # the reply the active run continues
+    from_api: bool = False  # a program made it through the API (SPEC §16); read by `recent`
 
     @property
     def display_title(self) -> str:
@@ -73,6 +83,7 @@ async def _remove_chat(tx: Tx, chat_id: str, run_ids: list[str]) -> bool:
     await tx.execute("DELETE FROM chat_runs WHERE chat_id = ?", (chat_id,))
     await tx.execute("DELETE FROM sends WHERE chat_id = ?", (chat_id,))
     await tool_approvals.forget_chat(tx, chat_id)
+    await attachments.forget_chat(tx, chat_id)
     await share_rows.forget_chat(tx, chat_id)  # its link goes with it, at once
     return await tx.execute("DELETE FROM chats WHERE id = ?", (chat_id,)) > 0
 
@@ -110,12 +121,20 @@ class ChatLibrary:
 
     async def recent(self, owner: Owner, limit: int = 200) -> list[Chat]:
         """Most recently updated first."""
-        where = "WHERE user_id = ? " if owner.user_id is not None else ""
+        where = "AND user_id = ? " if owner.user_id is not None else ""
         params = (owner.user_id,) if owner.user_id is not None else ()
-        sql = f"SELECT {CHAT_COLUMNS} FROM chats {where}ORDER BY updated_at DESC, id LIMIT ?"
+        # A program's conversation is listed when it asked to store it ("API"), and
+        # kept out of the list otherwise (webapp.chats.api_access).
+        sql = (
+            f"SELECT {CHAT_COLUMNS}, (SELECT MIN(a.hidden) FROM api_runs a "
+            "WHERE a.chat_id = chats.id) AS api FROM chats "
+            "WHERE NOT EXISTS (SELECT 1 FROM api_runs h WHERE h.chat_id = chats.id "
+            f"AND h.hidden = 1) {where}ORDER BY updated_at DESC, id LIMIT ?"
+        )
 
         async def select(tx: Tx) -> list[Chat]:
-            return [chat_from_row(r) for r in await tx.fetch(sql, (*params, limit))]
+            rows = await tx.fetch(sql, (*params, limit))
+            return [replace(chat_from_row(r), from_api=r[7] is not None) for r in rows]
 
         return await self._store.read(select)
 
@@ -140,24 +159,42 @@ class ChatLibrary:
 
     async def export(self, owner: Owner, chat_id: str) -> ChatFile | None:
         async def read(tx: Tx) -> ChatFile | None:
-            if not await owns(tx, owner, chat_id):
-                return None
-            found = await file_format.read_chat(tx, chat_id)
+            found = (
+                await file_format.read_chat(tx, chat_id) if await owns(tx, owner, chat_id) else None
+            )
             if found is None:
                 return None
+            files = [
+                ExportedFile(f.id, f.name, f.media_type, f.data)
+                for f in await attachments.chat_files(tx, chat_id)
+            ]
             project = await tx.fetch(
                 "SELECT p.name FROM chats c JOIN projects p ON p.id = c.project_id WHERE c.id = ?",
                 (chat_id,),
             )
-            return dataclasses.replace(found, project=str(project[0][0])) if project else found
+            return replace(found, files=files, project=str(project[0][0]) if project else None)
 
         return await self._store.read(read)
 
-    async def import_chat(self, owner: Owner, chat: ChatFile) -> str:
-        """A validated chat file as a new chat of ``owner``, in one transaction; returns its id."""
+    async def import_chat(
+        self, owner: Owner, chat: ChatFile, files: Sequence[attachments.NewFile] = ()
+    ) -> str:
+        """A validated chat file as a new chat of ``owner``, with the ``files`` read from
+        it, in one transaction; returns its id."""
 
         async def store(tx: Tx) -> str:
             chat_id = await file_format.store_import(tx, chat)
+            await attachments.store_new(tx, files)
+            await attachments.link(
+                tx,
+                chat_id,
+                [
+                    a
+                    for run in chat.runs
+                    for e in run.entries
+                    for a in getattr(e, "attachments", ())
+                ],
+            )
             await tx.execute("UPDATE chats SET user_id = ? WHERE id = ?", (owner.user_id, chat_id))
             if chat.project:  # into the importer's project of that name, if there is one
                 where, params = owner.condition()

@@ -26,14 +26,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Self
 
+from webapp.chats import api_access, attachments, share_rows, tool_approvals
 from webapp.chats import limits as chat_limits
 from webapp.chats import projects as chat_projects
 from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
 from webapp.chats import settings as chat_settings
-from webapp.chats import share_rows, tool_approvals
 from webapp.chats import tree as chat_tree
 from webapp.chats import users as chat_users
+from webapp.chats.attachments import NewFile
 from webapp.chats.db import CLUSTER_TABLES, POSTGRES_STORES, SQLITE_STORES, Tx, open_chat_db
 from webapp.chats.library import CHAT_COLUMNS as _COLUMNS
 from webapp.chats.library import CHECKPOINT_TABLES as _CHECKPOINT_TABLES
@@ -47,9 +48,10 @@ from webapp.chats.session_rows import append_segments, cut_segments, shown_segme
 from webapp.chats.shares import Shares
 from webapp.chats.tree import Tree
 from webapp.chats.users import EVERY_CHAT, Owner, ThrottlePolicy, Users
+from webapp.stores import streamed
 from webapp.stores.codec import StoredSegment
 from webapp.stores.session import Segment
-from webapp.transcript import Entry
+from webapp.transcript import Attachment, Entry
 
 __all__ = [
     "EVERY_CHAT",
@@ -148,6 +150,10 @@ class NewRun:
     input: str | None = None  # the user's text it starts from, kept while it is in flight
     model: str | None = None  # the endpoint/model it runs with (a continuation: unused)
     owner: Owner = field(kw_only=True)  # whose chat it must be, and whose limits it counts in
+    # What the message brings (SPEC §14): every attachment, and the files among them
+    # that were just uploaded, stored in the run's own transaction.
+    attachments: tuple[Attachment, ...] = field(default=(), kw_only=True)
+    files: tuple[NewFile, ...] = field(default=(), kw_only=True)
 
 
 class ChatStore(ChatLibrary):
@@ -167,7 +173,7 @@ class ChatStore(ChatLibrary):
     """
 
     SCHEMA_NAME = "webapp_chats"
-    SCHEMA_VERSION = 12
+    SCHEMA_VERSION = 15
     SCHEMA_SQL = (
         SQLITE_STORES
         + _SCHEMA
@@ -176,6 +182,8 @@ class ChatStore(ChatLibrary):
         + _SETTINGS
         + tool_approvals.SCHEMA
         + chat_users.SQLITE_SCHEMA
+        + api_access.SCHEMA
+        + attachments.SQLITE_SCHEMA
         + _SHARES_AND_PROJECTS
     )
     MIGRATIONS: ClassVar[Mapping[int, str]] = {
@@ -195,10 +203,13 @@ class ChatStore(ChatLibrary):
         9: tool_approvals.SCHEMA,  # tools that ask first: decisions, grants, waiting runs
         # People: every chat gets an owner; accounts, sessions, failed sign-ins.
         10: chat_users.SQLITE_SCHEMA,
-        11: _SHARES_AND_PROJECTS,  # share links and projects (SPEC §15)
+        11: streamed.TABLE_SQL,  # the streamed text of a turn in flight
+        12: api_access.SCHEMA,  # the API's keys and the runs programs started (SPEC §16)
+        13: attachments.SQLITE_SCHEMA,  # attached files, their text's index, who holds them
+        14: _SHARES_AND_PROJECTS,  # share links and projects (SPEC §15)
     }
     # PostgreSQL started with everything above but run_inputs (its own numbering).
-    POSTGRES_SCHEMA_VERSION = 9
+    POSTGRES_SCHEMA_VERSION = 12
     POSTGRES_MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: _RUN_INPUTS,
         2: chat_search_pg.SCHEMA + chat_search_pg.REBUILD,  # no text holds the markers
@@ -207,7 +218,10 @@ class ChatStore(ChatLibrary):
         5: tool_approvals.POSTGRES_SCHEMA,
         6: chat_users.POSTGRES_SCHEMA,
         7: chat_settings.POSTGRES_BIGINT_USAGE,  # usage past 2^31 fits (SPEC §17)
-        8: _POSTGRES_SHARES_AND_PROJECTS,  # share links and projects (SPEC §15)
+        8: streamed.TABLE_SQL,  # the streamed text of a turn in flight
+        9: api_access.POSTGRES_SCHEMA,  # the API's keys and runs (SPEC §16)
+        10: attachments.POSTGRES_SCHEMA,  # attached files (SPEC §14)
+        11: _POSTGRES_SHARES_AND_PROJECTS,  # share links and projects (SPEC §15)
     }
     POSTGRES_SCHEMA_SQL = (
         POSTGRES_STORES
@@ -219,6 +233,8 @@ class ChatStore(ChatLibrary):
         + chat_settings.POSTGRES_RUN_SCHEMA
         + tool_approvals.POSTGRES_SCHEMA
         + chat_users.POSTGRES_SCHEMA
+        + api_access.POSTGRES_SCHEMA
+        + attachments.POSTGRES_SCHEMA
         + _POSTGRES_SHARES_AND_PROJECTS
     )
 
@@ -245,6 +261,9 @@ class ChatStore(ChatLibrary):
         self.settings = chat_settings.SettingsStore(self._store)
         self.approvals = tool_approvals.ToolApprovals(self._store)
         self.users = Users(self._store, throttle)
+        self.api_keys = api_access.ApiKeys(self._store)
+        self.api_runs = api_access.ApiRuns(self._store)
+        self.files = attachments.FileStore(self._store)
         self.shares = Shares(self._store)
         self.projects = Projects(self._store)
         self.limits = limits or Limits()
@@ -339,6 +358,8 @@ class ChatStore(ChatLibrary):
                     "INSERT INTO run_inputs (run_id, chat_id, input) VALUES (?, ?, ?)",
                     (new.run_id, chat_id, new.input),
                 )
+            if new.attachments:
+                await attachments.store_files(tx, chat_id, run, new.attachments, new.files)
             title = new.rename or new.title
             started = await tx.execute(
                 "UPDATE chats SET active_run_id = ?, stop_requested_run_id = NULL, "
@@ -464,6 +485,7 @@ class ChatStore(ChatLibrary):
                 await append_segments(tx, chat.id, [moved])
                 parent = run_id
             await chat_settings.copy_chat(tx, chat_id, chat.id)
+            await attachments.copy_links(tx, chat_id, chat.id)
             return chat
 
         return await self._store.write(copy)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, cast
 
+from webapp.models.attached import user_content
 from webapp.runtime.model import ToolSpec
 from webapp.transcript import (
     AssistantEntry,
@@ -57,7 +58,7 @@ def build_messages(system: str, entries: list[Entry]) -> list[dict[str, Any]]:
             continue
         turn = None
         if isinstance(entry, UserEntry):
-            messages.append({"role": "user", "content": entry.text})
+            messages.append({"role": "user", "content": user_content(entry)})
         elif entry.call_id in called:
             messages.append(
                 {"role": "tool", "tool_call_id": entry.call_id, "content": entry.output}

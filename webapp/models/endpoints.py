@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from webapp.config import EndpointConfig, PresetConfig
 from webapp.errors import ModelError
+from webapp.models.attached import WithAttachments
 from webapp.models.config import describe_model, model_from_settings
 from webapp.models.long_results import CutLongResults
 from webapp.models.model_list import list_models
@@ -67,7 +68,7 @@ class NamedModel:
 
 def model_name(model: Model | None) -> str | None:
     """The ``endpoint/model`` name of a model from a registry (None for any other)."""
-    if isinstance(model, CutLongResults):
+    while isinstance(model, (CutLongResults, WithAttachments)):
         model = model.model
     return model.name if isinstance(model, NamedModel) else None
 

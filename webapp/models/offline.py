@@ -28,6 +28,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Sequence
 
+from webapp.models.attached import SentUserEntry
 from webapp.runtime.model import (
     FinishPart,
     ModelPart,
@@ -103,8 +104,9 @@ class OfflineModel:
         tools = {t.name for t in request.tools}
         message, after = _last_user_message(request.entries)
         answered = _answered_call(after)
+        attached = _attached_text(request.entries)
         if request.continue_final:
-            chunks = _continuation(message, after)
+            chunks = _continuation(message, after, attached)
         elif answered is not None:
             chunks = _split_words(_answer_for(*answered))
         else:
@@ -115,7 +117,7 @@ class OfflineModel:
                 yield UsagePart(Usage(input_tokens, _rough_tokens(action.arguments) + 5))
                 yield FinishPart("tool_calls")
                 return
-            chunks = action
+            chunks = _split_words(attached + "\n\n") + action if attached else action
         for index, chunk in enumerate(chunks):
             if index:
                 await asyncio.sleep(self.delay)
@@ -154,7 +156,30 @@ def _fallback_text(opener: str, message: str) -> str:
     return f"{opener} You wrote:\n\n{quote}\n\n{_HELP}"
 
 
-def _continuation(message: str, after: list[Entry]) -> list[str]:
+def _attached_text(entries: Sequence[Entry]) -> str:
+    """What this model says about the last user message's files (SPEC §14), "" if none."""
+    last = next((e for e in reversed(entries) if isinstance(e, UserEntry)), None)
+    if not isinstance(last, SentUserEntry):
+        return ""
+    lines = []
+    for file in last.sent:
+        a = file.attachment
+        lines.append(f"Attached: {a.name} ({a.media_type}, {a.size} bytes)")
+        if file.text is not None:
+            lines.append(f"{a.name} begins: {_first_line(a.name, file.text)}")
+    return "\n\n".join(lines)
+
+
+def _first_line(name: str, text: str) -> str:
+    """The first line of a document's text as sent, its "[NAME, page P]" headings skipped."""
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not (line.startswith(f"[{name}") and line.endswith("]")):
+            return line
+    return ""
+
+
+def _continuation(message: str, after: list[Entry], attached: str = "") -> list[str]:
     """The chunks that carry on the unfinished reply at the end of `after`.
 
     A reply this model could have been writing goes on from where it stopped;
@@ -162,7 +187,11 @@ def _continuation(message: str, after: list[Entry]) -> list[str]:
     gets one sentence in a new paragraph, so the result is always readable.
     """
     partial = "".join(e.text for e in _trailing_reply(after))
-    for full in _possible_replies(message, after):
+    possible = _possible_replies(message, after)
+    if attached:  # the files' lines came first (see `stream`)
+        head = "".join(_split_words(attached + "\n\n"))
+        possible = [head + text for text in possible] + possible
+    for full in possible:
         if partial and len(partial) < len(full) and full.startswith(partial):
             return _split_words(full[len(partial) :])
     count = _COUNT.search(message)

@@ -11,8 +11,9 @@ first token does not wait for a disk flush); the next save waits for it, and
 its failure fails the run there.
 
 A run with no input after an unfinished assistant reply continues that reply
-(see `webapp.runtime.continuation`). A call of a tool that asks for approval
-pauses the run (see `webapp.runtime.approvals`).
+(see `webapp.runtime.continuation`), as a resume does its turn's streamed text
+(`webapp.runtime.streaming`). A call of a tool that asks for approval pauses the
+run (see `webapp.runtime.approvals`).
 
 On success the order is fixed: checkpoint completed, *then* session append. A
 run is never both "persisted as finished" and "still resumable"; a crash
@@ -48,7 +49,7 @@ from webapp.events import (
     ToolCallStarted,
     TurnEnded,
 )
-from webapp.runtime import approvals
+from webapp.runtime import approvals, streaming
 from webapp.runtime.agent import Agent, RunHooks
 from webapp.runtime.continuation import continues_final, segment_meta
 from webapp.runtime.model import (
@@ -165,6 +166,8 @@ class _Run:
     unsaved: list[Entry] = field(default_factory=list)
     head: RunHead = field(init=False)
     partial: str = ""  # text streamed in the turn in flight
+    resumed: streaming.StreamedTurn | None = None  # saved text a resume's first turn continues
+    saves: streaming.Saves = streaming.NO_SAVES  # saves the text of the turn in flight
     finish_reason: str | None = None
     call_ids: set[str] = field(default_factory=set)
     ctx: RunContext = field(init=False)
@@ -270,6 +273,7 @@ class _Run:
             self.session_id = self.ctx.session_id = snapshot.head.session_id
         self.entries = list(snapshot.entries)
         self.call_ids = _call_ids(self.history) | _call_ids(self.entries)
+        self.resumed = await streaming.resumable_turn(self.checkpoint, self.run_id, self.head.turns)
         await self._save()
         self.emit(RunStarted(self.run_id, self.agent.name, True))
         await self._hook("on_run_start", self.ctx)
@@ -300,25 +304,31 @@ class _Run:
         if model is None:
             raise UserError(f"agent {self.agent.name!r} has no model; pass Agent(model=...)")
         view = self._model_view()
+        resumed, self.resumed = self.resumed, None  # text saved before a crash: continued
+        view = streaming.continue_view(view, resumed)
         request = ModelRequest(
             system=await self.agent.render_instructions(self.ctx),
             entries=view,
             tools=[t.spec for t in self._tools().values()],
-            continue_final=continues_final(self.entries, view),
+            continue_final=resumed is not None or continues_final(self.entries, view),
         )
-        reasoning, calls = "", []
-        self.partial, self.finish_reason = "", None
+        reasoning, calls, self.finish_reason = (resumed.reasoning if resumed else ""), [], None
+        self.partial = resumed.text if resumed else ""
+        self.saves = streaming.turn_saves(self.checkpoint, self.run_id, self.head.turns, resumed)
         async for part in paced(model.stream(request)):
             if isinstance(part, TextPart) and part.text:
                 first = not self.partial
                 self.partial += part.text
+                self.saves.add_text(part.text)
                 self.emit(TextDelta(part.text))
                 if first:  # its readers send it on before the rest of a burst is read
                     await asyncio.sleep(0)
             elif isinstance(part, ReasoningPart) and part.text:
                 reasoning += part.text
+                self.saves.add_reasoning(part.text)
                 self.emit(ReasoningDelta(part.text))
             elif isinstance(part, ToolCallPart):
+                self.saves.mark_calls()
                 calls.append(
                     ToolCallEntry(self._unique_call_id(part.call_id), part.name, part.arguments)
                 )
@@ -326,6 +336,7 @@ class _Run:
                 self.head = replace(self.head, usage=self.head.usage + part.usage)
             elif isinstance(part, FinishPart):
                 self.finish_reason = part.reason
+        await self.saves.close(flush=False)  # the turn's own save, next, holds all of it
         text, self.partial = self.partial, ""
         produced: list[Entry] = [ReasoningEntry(reasoning)] if reasoning else []
         produced += [AssistantEntry(text)] if text else []
@@ -491,6 +502,7 @@ class _Run:
             raise
 
     async def _mark(self, status: str, *, error: str | None = None) -> None:
+        await streaming.close_quietly(self.saves, flush=True)  # a resume goes on from all of it
         if self.checkpoint is None or not self.saved:
             return  # refused before its first save: the stored run (if any) is not ours
         await self._settle_inflight()  # keep saves in order: this head must be the last

@@ -12,6 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from webapp.stores.streamed import InMemoryStreamed
 from webapp.transcript import Entry
 from webapp.usage import Usage
 
@@ -80,10 +81,11 @@ class Checkpointer(Protocol):
     async def delete(self, run_id: str) -> None: ...
 
 
-class InMemoryCheckpointer:
+class InMemoryCheckpointer(InMemoryStreamed):
     """Checkpoints in a dict: tests only -- it cannot survive the crash it is for."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._runs: dict[str, tuple[list[Entry], RunHead]] = {}
 
     async def append(self, run_id: str, entries: list[Entry], head: RunHead) -> None:
@@ -102,3 +104,4 @@ class InMemoryCheckpointer:
 
     async def delete(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
+        self.forget(run_id)

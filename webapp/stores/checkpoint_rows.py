@@ -20,6 +20,7 @@ on both); a save differs by dialect only where the back ends' guarantees do:
 
 from __future__ import annotations
 
+from webapp.stores import streamed
 from webapp.stores.tx import Tx
 
 # ?1 run_id, ?2 the entry's index among this save's, ?3 entry_json (executemany).
@@ -59,3 +60,4 @@ async def delete(tx: Tx, run_id: str) -> None:
     that takes the lock a concurrent save holds, so no entry outlives its head."""
     await tx.execute("DELETE FROM checkpoint_heads WHERE run_id = ?", (run_id,))
     await tx.execute("DELETE FROM checkpoint_entries WHERE run_id = ?", (run_id,))
+    await streamed.clear(tx, run_id)  # the streamed text of its turn in flight goes with it

@@ -17,7 +17,7 @@ import contextlib
 import gc
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from typing import Any
 
 from webapp.stores.checkpoint import RunHead
@@ -123,7 +123,14 @@ def check_id(name: str, value: object) -> str:
 
 
 def encode_entries(entries: Iterable[Entry]) -> str:
-    return json.dumps([_entry_dict(e) for e in entries], ensure_ascii=False)
+    return json.dumps([_entry_dict(e) for e in entries], ensure_ascii=False, default=_record)
+
+
+def _record(value: object) -> dict[str, Any]:
+    """A record inside an entry (a user message's attachments) as the dict `asdict` makes."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def encode_meta(meta: dict[str, Any] | None) -> str | None:
@@ -272,7 +279,9 @@ def _entry_dict(entry: Entry) -> dict[str, Any]:
         return omit_empty({"type": name, **entry.__dict__})
     data = entry_to_dict(entry)
     own = getattr(entry, "__dict__", None)
-    if own is not None and list(data) == ["type", *own]:
+    # Fields left out when empty (`omit_empty`) are left out by the fast path too; a
+    # record among the values (an attachment) is written by `_record` as `asdict` does.
+    if own is not None and list(data) == [k for k in ("type", *own) if k in data]:
         _NAMES[type(entry)] = data["type"]
     return data
 

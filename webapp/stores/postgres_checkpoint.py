@@ -25,17 +25,22 @@ from __future__ import annotations
 import json
 import uuid
 
-from webapp.stores import checkpoint_rows
+from webapp.stores import checkpoint_rows, streamed
 from webapp.stores.checkpoint import RunHead, RunSnapshot
 from webapp.stores.checkpoint_rows import POSTGRES_SAVE
 from webapp.stores.codec import decode_checkpoint_entries, decode_head, encode_head
 from webapp.stores.postgres import PostgresBacked
+from webapp.stores.streamed import StreamedPiece, StreamedTurn
 from webapp.stores.tx import PostgresTx
 from webapp.transcript import Entry, entry_to_dict
 
 SCHEMA_NAME = "checkpoint"
-SCHEMA_VERSION = 1
-SCHEMA_SQL = """
+SCHEMA_VERSION = 2
+# 1 -> 2: the streamed text of a turn in flight (webapp.stores.streamed).
+MIGRATIONS = {1: streamed.TABLE_SQL}
+SCHEMA_SQL = (
+    streamed.TABLE_SQL
+    + """
 CREATE TABLE IF NOT EXISTS checkpoint_heads (
     run_id      TEXT    PRIMARY KEY,
     head_json   TEXT    NOT NULL,
@@ -49,6 +54,7 @@ CREATE TABLE IF NOT EXISTS checkpoint_entries (
     PRIMARY KEY (run_id, idx)
 );
 """
+)
 
 SAVE_SQL = POSTGRES_SAVE  # the statement (`webapp.stores.checkpoint_rows`)
 
@@ -70,6 +76,7 @@ class PostgresCheckpointer(PostgresBacked):
     SCHEMA_NAME = SCHEMA_NAME
     SCHEMA_VERSION = SCHEMA_VERSION
     SCHEMA_SQL = SCHEMA_SQL
+    MIGRATIONS = MIGRATIONS
 
     async def append(self, run_id: str, entries: list[Entry], head: RunHead) -> None:
         """Add the entries produced since the last call and replace the head."""
@@ -98,3 +105,14 @@ class PostgresCheckpointer(PostgresBacked):
 
     async def delete(self, run_id: str) -> None:
         await self._store.transaction(lambda conn: checkpoint_rows.delete(PostgresTx(conn), run_id))
+
+    # --- the streamed text of the turn in flight (webapp.stores.streamed) ---------------
+
+    async def save_streamed(self, run_id: str, piece: StreamedPiece) -> None:
+        """Add ``piece`` (index 0 first deletes every earlier piece of the run)."""
+        await self._store.transaction(lambda conn: streamed.save(PostgresTx(conn), run_id, piece))
+
+    async def load_streamed(self, run_id: str, turn: int) -> StreamedTurn | None:
+        return await self._store.transaction(
+            lambda conn: streamed.load(PostgresTx(conn), run_id, turn)
+        )

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiosqlite
 
-from webapp.stores import checkpoint_rows
+from webapp.stores import checkpoint_rows, streamed
 from webapp.stores.checkpoint import RunHead, RunSnapshot
 from webapp.stores.checkpoint_rows import SQLITE_SAVE_ENTRIES, SQLITE_SAVE_HEAD
 
@@ -24,12 +24,17 @@ from webapp.stores.checkpoint_rows import SQLITE_SAVE_ENTRIES, SQLITE_SAVE_HEAD
 from webapp.stores.codec import decode_checkpoint_entries as _decode_entries
 from webapp.stores.codec import decode_head as _decode_head
 from webapp.stores.sqlite import SQLiteBacked
+from webapp.stores.streamed import StreamedPiece, StreamedTurn
 from webapp.stores.tx import SQLiteTx
 from webapp.transcript import Entry, entry_to_dict
 
 SCHEMA_NAME = "checkpoint"
-SCHEMA_VERSION = 1
-SCHEMA_SQL = """
+SCHEMA_VERSION = 2
+# 1 -> 2: the streamed text of a turn in flight (webapp.stores.streamed).
+MIGRATIONS = {1: streamed.TABLE_SQL}
+SCHEMA_SQL = (
+    streamed.TABLE_SQL
+    + """
 CREATE TABLE IF NOT EXISTS checkpoint_heads (
     run_id      TEXT    PRIMARY KEY,
     head_json   TEXT    NOT NULL,
@@ -42,6 +47,7 @@ CREATE TABLE IF NOT EXISTS checkpoint_entries (
     PRIMARY KEY (run_id, idx)
 );
 """
+)
 
 
 class SQLiteCheckpointer(SQLiteBacked):
@@ -50,6 +56,7 @@ class SQLiteCheckpointer(SQLiteBacked):
     SCHEMA_NAME = SCHEMA_NAME
     SCHEMA_VERSION = SCHEMA_VERSION
     SCHEMA_SQL = SCHEMA_SQL
+    MIGRATIONS = MIGRATIONS
 
     async def append(self, run_id: str, entries: list[Entry], head: RunHead) -> None:
         """Add the entries produced since the last call and replace the head."""
@@ -102,3 +109,12 @@ class SQLiteCheckpointer(SQLiteBacked):
 
     async def delete(self, run_id: str) -> None:
         await self._store.write(lambda db: checkpoint_rows.delete(SQLiteTx(db), run_id))
+
+    # --- the streamed text of the turn in flight (webapp.stores.streamed) ---------------
+
+    async def save_streamed(self, run_id: str, piece: StreamedPiece) -> None:
+        """Add ``piece`` (index 0 first deletes every earlier piece of the run)."""
+        await self._store.write(lambda db: streamed.save(SQLiteTx(db), run_id, piece))
+
+    async def load_streamed(self, run_id: str, turn: int) -> StreamedTurn | None:
+        return await self._store.read(lambda db: streamed.load(SQLiteTx(db), run_id, turn))

@@ -19,9 +19,12 @@ from dataclasses import replace
 
 from webapp.chats.store import ChatStore
 from webapp.mcp_servers import McpServers
+from webapp.models.attached import FileContents, WithAttachments
 from webapp.models.long_results import CutLongResults
 from webapp.runtime.agent import Agent, Instructions, RunContext
+from webapp.runtime.model import Model
 from webapp.runtime.tool import Tool
+from webapp.web.api.caller_tools import caller_tools
 from webapp.web.chat_models import ChatModels
 
 
@@ -34,11 +37,13 @@ class ChatAgents:
         servers: McpServers | None,
         store: ChatStore,
         models: ChatModels | None = None,
+        files: FileContents | None = None,
     ) -> None:
         self.base = base
         self.servers = servers  # None: no config file, or one with no MCP servers
         self.store = store
         self.models = models  # the chat's model and instructions (None: the base agent's)
+        self.files = files  # what a user message's attachments hold, for the model
 
     @property
     def builtin_tools(self) -> Sequence[Tool]:
@@ -48,6 +53,9 @@ class ChatAgents:
         """The agent for a run of ``chat_id``, as of now."""
         granted = await self.store.approvals.grants(chat_id)
         offered = [*self.base.tools, *(self.servers.tools() if self.servers else [])]
+        brought = await self.store.api_runs.tools_of(chat_id)
+        if brought is not None:  # a program's chat: its own tools only (SPEC §16)
+            offered = caller_tools(brought)
         tools = [
             replace(t, approval="allow") if t.approval == "ask" and t.name in granted else t
             for t in offered
@@ -56,7 +64,9 @@ class ChatAgents:
         if self.models is not None:
             agent = await self.models.apply(agent, chat_id)
         agent = await self._in_project(agent, chat_id)
-        model = CutLongResults(agent.model) if agent.model is not None else None
+        model: Model | None = CutLongResults(agent.model) if agent.model is not None else None
+        if model is not None and self.files is not None:
+            model = WithAttachments(model, self.files)  # images and documents, as sent (§14)
         return replace(agent, model=model)
 
     async def _in_project(self, agent: Agent, chat_id: str) -> Agent:

@@ -33,6 +33,8 @@ from starlette.staticfiles import StaticFiles
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from webapp.chats.db import is_postgres
+from webapp.chats.file_context import FileContext
+from webapp.chats.intake import AttachmentLimits, Intake
 from webapp.chats.limits import Limits
 from webapp.chats.store import ChatStore
 from webapp.chats.users import ThrottlePolicy
@@ -53,6 +55,8 @@ from webapp.stores.sqlite_checkpoint import SQLiteCheckpointer
 from webapp.stores.sqlite_session import SQLiteSession
 from webapp.tools import calculator, current_time
 from webapp.web.agents import ChatAgents
+from webapp.web.api.service import ApiService
+from webapp.web.api.views import api_routes
 from webapp.web.app_state import WebApp
 from webapp.web.assets import STATIC_DIR, TEMPLATES_DIR
 from webapp.web.auth import (
@@ -77,6 +81,8 @@ from webapp.web.templating import Templates, by_name
 from webapp.web.views import (
     accounts,
     admin,
+    api_keys,
+    attachments,
     chat_files,
     chats,
     messages,
@@ -167,6 +173,12 @@ def routes(
             name="export_json",
         ),
         Route(
+            "/chats/{chat_id}/files/{file_id}",
+            attachments.download,
+            methods=["GET"],
+            name="attachment",
+        ),
+        Route(
             "/chats/{chat_id}/delete", chats.delete_confirm, methods=["GET"], name="delete_confirm"
         ),
         Route("/chats/{chat_id}/delete", chats.delete, methods=["POST"], name="delete"),
@@ -188,6 +200,15 @@ def routes(
         ),
         # For administrators (a --metrics-token bearer is answered before the app).
         Route("/metrics", operation_views.metrics, methods=["GET"], name="metrics"),
+        Route("/api-keys", api_keys.keys_page, methods=["GET"], name="api_keys"),
+        Route("/api-keys", api_keys.create_key, methods=["POST"], name="create_api_key"),
+        Route(
+            "/api-keys/{key_id}/revoke",
+            api_keys.revoke_key,
+            methods=["POST"],
+            name="revoke_api_key",
+        ),
+        *api_routes(),
         *share_routes(),
         *project_routes(),
         *account_routes(auth or AuthSettings()),
@@ -290,6 +311,9 @@ def create_app(
     metrics_token: str | None = None,
     access_log: bool = False,
     db_pool_size: int = DEFAULT_POOL_SIZE,
+    api_orphan_seconds: float = 30.0,
+    idempotency_hours: float = 24.0,
+    attachment_limits: AttachmentLimits | None = None,
 ) -> Starlette:
     """The chat app over one SQLite file, or a PostgreSQL database (``db_path`` a
     ``postgresql://`` URL) shared with other processes.
@@ -309,6 +333,8 @@ def create_app(
     ``allowed_hosts``: host names the Host header may carry (None: any).
     ``templates_dir`` / ``static_dir``: default to the installed templates and static
     files, or the checkout's (see `webapp.web.assets`).
+    ``attachment_limits``: the limits on attached files and on how much of their text a
+    model is sent (`webapp.chats.intake.AttachmentLimits`; the defaults without it).
     ``config``: the config file's settings (`webapp.config.load_config`): its MCP servers
     are started with the app, and their tools offered to every chat (SPEC §11).
     ``lease_seconds``: with other processes on PostgreSQL, how long a run's lease lasts
@@ -318,7 +344,11 @@ def create_app(
     ``access_log``: one log line per request (SPEC §17, `webapp.web.operations`).
     ``db_pool_size``: on PostgreSQL, the most connections this process opens
     (`webapp.db_pools`).
+    ``api_orphan_seconds``: an API run every client has left is stopped after this long;
+    ``idempotency_hours``: how long an ``Idempotency-Key`` names its run (SPEC §16).
     """
+    if api_orphan_seconds <= 0 or idempotency_hours <= 0:
+        raise ValueError("api_orphan_seconds and idempotency_hours must be more than 0")
     lease = LeaseTimes(lease_seconds) if lease_seconds is not None else LeaseTimes()
     body_timeout()  # WEBAPP_BODY_TIMEOUT read now: a bad value stops the app at start
     if max_message_chars < 1:
@@ -361,8 +391,17 @@ def create_app(
         max_turns,
         config or AppConfig(),
         lease,
+        attachment_limits or AttachmentLimits(),
     )
-    state = dataclasses.replace(state, auth=auth)
+    api = ApiService(
+        chats=state.chats,
+        store=store,
+        models=models,
+        token=token,
+        orphan_seconds=api_orphan_seconds,
+        idempotency_hours=idempotency_hours,
+    )
+    state = dataclasses.replace(state, auth=auth, api=api)
     app.state.web = state
     app.router.lifespan_context = _lifespan(state)
 
@@ -419,6 +458,7 @@ def _build_state(
     max_turns: int,
     config: AppConfig,
     lease: LeaseTimes,
+    attachment_limits: AttachmentLimits,
 ) -> WebApp:
     """Every part, built bottom-up in one pass: stores, fragments, runs, chat operations."""
     secrets = [s for s in redact if s]
@@ -446,7 +486,8 @@ def _build_state(
     fragments = Fragments(templates)
     chat_models = ChatModels(store=store, registry=models, agent=agent)
     servers = McpServers(config.mcp_servers) if config.mcp_servers else None
-    agents = ChatAgents(agent, servers, store, chat_models)
+    files = FileContext(store.files, attachment_limits.context_chars)
+    agents = ChatAgents(agent, servers, store, chat_models, files)
     runs = RunManager(
         agent=agent,
         agent_for=agents.chat_agent,  # its tools, grants, model and instructions
@@ -479,6 +520,7 @@ def _build_state(
         model_description=models.description() if models.names() else agent.name,
         models=chat_models,
         health=health,
+        intake=Intake(store.files, attachment_limits),
     )
 
 
@@ -493,6 +535,8 @@ def _lifespan(state: WebApp) -> Any:
             stack.push_async_callback(state.checkpointer.close)  # type: ignore[attr-defined]
             stack.push_async_callback(state.session.close)  # type: ignore[attr-defined]
             stack.push_async_callback(state.store.close)
+            if state.api is not None:
+                stack.push_async_callback(state.api.close)
             swept = await state.store.sweep()
             if swept:
                 logger.warning("removed %d rows of deleted chats left by an earlier process", swept)
@@ -512,6 +556,8 @@ def _lifespan(state: WebApp) -> Any:
             else:
                 stack.push_async_callback(keeper.stop)  # first: no renewal during shutdown
                 await keeper.start()  # resumes what no process holds, then keeps leases
+            if state.api is not None:
+                await state.api.watch_owed()  # nobody reads them yet: orphans in time
             state.health.started = True  # /readyz: ready once the database answers too
             try:
                 async with state.health.metrics.sampling_loop_lag():

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 
+from webapp.chats.intake import Intake
 from webapp.chats.store import ChatStore
 from webapp.stores.checkpoint import Checkpointer
 from webapp.stores.session import Session
@@ -23,6 +25,9 @@ from webapp.web.live.lease_keeper import LeaseKeeper
 from webapp.web.live.runs import RunManager
 from webapp.web.operations import Health
 from webapp.web.templating import Templates
+
+if TYPE_CHECKING:  # the API's service imports the views' helpers, which import this
+    from webapp.web.api.service import ApiService
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,8 @@ class WebApp:
     models: ChatModels  # each chat's model and instructions, and the models on offer
     health: Health  # readiness and the metrics (SPEC §17, webapp.web.operations)
     auth: AuthSettings = field(default_factory=AuthSettings)  # who may sign in, and how
+    api: ApiService | None = None  # the OpenAI-compatible API (SPEC §16)
+    intake: Intake | None = None  # reads the files a message brings (SPEC §14)
 
 
 def web(request: Request) -> WebApp:

@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 
 from webapp.chats import file_format
+from webapp.chats.attachments import NewFile
 from webapp.chats.file_format import ChatFile, ChatFileError
+from webapp.chats.intake import AttachmentRefused, Intake, Taken, Upload
 from webapp.chats.limits import LimitReached
 from webapp.chats.search import SearchHit
 from webapp.chats.settings import ChatSettings
@@ -103,6 +105,7 @@ class Conversation:
     earlier: str | None = None  # the first run shown, when older ones exist: the next page
 
 
+NO_FILES = Taken()  # a message without attachments
 PAGE_RUNS = 25  # runs per page of a chat: about 50 messages
 
 
@@ -186,7 +189,12 @@ class ChatService:
             if isinstance(item, ReplyView):
                 item.last = False
         annotate(live.reply, versions)
-        user = UserView(live.run_id, live.input_text, versions.of_message(live.run_id))
+        user = UserView(
+            live.run_id,
+            live.input_text,
+            versions.of_message(live.run_id),
+            attachments=live.input_attachments,
+        )
         return Conversation(chat, [*items, user], live, earlier)
 
     async def _mark_decisions(self, chat_id: str, items: list[ChatItem]) -> None:
@@ -210,6 +218,7 @@ class ChatService:
         text: str,
         client_id: str | None,
         settings: ChatSettings | None = None,
+        taken: Taken = NO_FILES,
     ) -> NewChatOutcome:
         """A new chat with its first message (the empty home page's composer), and with
         ``settings`` (a preset or a model chosen there) from its first run on."""
@@ -227,7 +236,7 @@ class ChatService:
             chat = await self.store.create(owner)
             if settings is not None:
                 await self.store.settings.apply(chat.id, settings)
-            new = NewRun(new_run_id(), client_id=client_id, owner=owner)
+            new = _with(NewRun(new_run_id(), client_id=client_id, owner=owner), taken)
             async with self.runs.lock(chat.id):  # a new chat: only a limit can refuse its run
                 try:
                     return await self._start(chat.id, text, new)
@@ -236,14 +245,20 @@ class ChatService:
                     return OverLimit(None, reached)
 
     async def send(
-        self, owner: Owner, chat_id: str, text: str, client_id: str | None
+        self,
+        owner: Owner,
+        chat_id: str,
+        text: str,
+        client_id: str | None,
+        taken: Taken = NO_FILES,
     ) -> SendOutcome:
+        """A message (with the files ``taken`` from its uploads) and its reply."""
         async with self.runs.lock(chat_id):
             await self.runs.settle(chat_id)
             # The run's record is the check: it refuses a client id sent before, a chat
             # with a run active, a chat that is not there (or not the owner's) and a
             # send over the owner's limits, writing nothing.
-            new = NewRun(new_run_id(), client_id=client_id, owner=owner)
+            new = _with(NewRun(new_run_id(), client_id=client_id, owner=owner), taken)
             try:
                 return await self._start(chat_id, text, new)
             except (AlreadySentError, ChatBusyError, LimitReached) as refused:
@@ -254,8 +269,18 @@ class ChatService:
                     return OverLimit(chat, refused)
                 return AlreadySent(chat) if isinstance(refused, AlreadySentError) else Busy(chat)
 
-    async def edit(self, owner: Owner, chat_id: str, run_id: str, text: str) -> EditOutcome:
-        """A new version of the user message whose run is ``run_id`` (SPEC §7)."""
+    async def edit(
+        self,
+        owner: Owner,
+        chat_id: str,
+        run_id: str,
+        text: str,
+        keep: frozenset[str] | None = None,
+        added: Sequence[NewFile] = (),
+        intake: Intake | None = None,
+    ) -> EditOutcome:
+        """A new version of the user message whose run is ``run_id`` (SPEC §7), with the
+        files of the message whose names are in ``keep`` (all with None) and ``added``."""
         async with self._idle(owner, chat_id) as chat:
             if not isinstance(chat, Chat):
                 return chat
@@ -272,6 +297,10 @@ class ChatService:
             ):
                 rename = title_from_text(text)  # the title was made from it: follow the edit
             new = NewRun(new_run_id(), "edit", target=run_id, rename=rename, owner=owner)
+            had = first.attachments if isinstance(first, UserEntry) else ()
+            kept = [a for a in had if keep is None or a.name in keep]
+            if intake is not None and (kept or added):
+                new = _with(new, await intake.combine(kept, added))
             return await self._start_in(chat, text, new)
 
     async def regenerate(
@@ -291,7 +320,10 @@ class ChatService:
                 return NothingToRegenerate(chat)
             first = segments[index].entries[0]
             text = first.text if isinstance(first, UserEntry) else ""
-            regenerated = NewRun(new_run_id(), "regenerate", target=run_id, owner=owner)
+            attached = first.attachments if isinstance(first, UserEntry) else ()
+            regenerated = NewRun(
+                new_run_id(), "regenerate", target=run_id, owner=owner, attachments=attached
+            )
             return await self._start_in(chat, text, regenerated)
 
     async def continue_reply(self, owner: Owner, chat_id: str, run_id: str) -> ContinueOutcome:
@@ -338,7 +370,9 @@ class ChatService:
     async def _start(self, chat_id: str, text: str, new: NewRun) -> Started:
         """Start ``new`` from ``text`` (chat lock held); raises what `ChatStore.begin_run`
         raises. A chat with no title yet takes one from the text."""
-        new = replace(new, title=title_from_text(text))
+        # A message of files alone is titled by their names.
+        named = text if text.strip() else ", ".join(a.name for a in new.attachments)
+        new = replace(new, title=title_from_text(named))
         state, begun = await self.runs.start(chat_id, new, text, page=PAGE_RUNS)
         return Started(begun.chat, state, begun.page)
 
@@ -386,7 +420,7 @@ class ChatService:
         return await self.store.export(owner, chat_id)
 
     async def import_chat(
-        self, owner: Owner, data: bytes, *, max_message_chars: int
+        self, owner: Owner, data: bytes, *, max_message_chars: int, intake: Intake | None = None
     ) -> Imported | BadChatFile:
         """A new chat from an exported JSON file; nothing is written unless all of it is
         valid. Reading 10 MB of JSON takes a second or more: it runs in a worker thread,
@@ -397,13 +431,26 @@ class ChatService:
             )
         except ChatFileError as exc:
             return BadChatFile(str(exc))
-        chat = await self.store.get(owner, await self.store.import_chat(owner, parsed))
+        files: list[NewFile] = []
+        if parsed.files and intake is not None:
+            try:  # under the limits of an upload, each file on its own
+                for file in parsed.files:
+                    files += await intake.read([Upload(file.name, file.data)])
+            except AttachmentRefused as exc:
+                return BadChatFile(str(exc))
+        elif parsed.files:
+            return BadChatFile("this app takes no attached files")
+        chat = await self.store.get(owner, await self.store.import_chat(owner, parsed, files))
         if chat is None:
             raise RuntimeError("an imported chat vanished before it could be shown")
         return Imported(chat)
 
     async def search(self, owner: Owner, text: str) -> list[SearchHit]:
-        return await self.store.search(owner, text)
+        """Chats whose messages match, then those whose attached documents do (§14)."""
+        hits = await self.store.search(owner, text)
+        found = {h.chat_id for h in hits}
+        in_files = [h for h in await self.store.files.search(owner, text) if h.chat_id not in found]
+        return hits + in_files
 
     # --- stop, rename, delete --------------------------------------------------------------
 
@@ -536,3 +583,10 @@ def _input_index(segments: list[Segment], run_id: str) -> int | None:
                 return index
             return None
     return None
+
+
+def _with(new: NewRun, taken: Taken) -> NewRun:
+    """``new`` bringing the message's files."""
+    if not taken.attachments:
+        return new
+    return replace(new, attachments=taken.attachments, files=taken.files)

@@ -65,8 +65,9 @@ class Gate:
             await self.app(scope, receive, send)
 
     def _open(self, path: str) -> bool:
+        # /v1/: the API, where the key in the request says who asks (webapp.web.api).
         return (
-            path.startswith("/static/")
+            path.startswith(("/static/", "/v1/"))
             or path in self.open_paths
             or self.settings.public_path(path)
         )

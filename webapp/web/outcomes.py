@@ -128,5 +128,3 @@ StopOutcome = Union[ShownReply, ChatNotFound, RunNotFound]
 DecideOutcome = Union[ShownReply, ChatNotFound, RunNotFound]
 RenameOutcome = Union[Renamed, ChatNotFound]
 DeleteOutcome = Union[Deleted, ChatNotFound]
-
-

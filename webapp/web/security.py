@@ -146,7 +146,12 @@ class SecurityMiddleware:
             # A page on another site whose name was re-pointed at this machine (DNS
             # rebinding) would otherwise count as "same origin" here.
             return self._error(400, "This server does not answer to that host name.")
-        if self.token is not None and not self.public(request.url.path):
+        # The API answers for itself: its key is the token (webapp.web.api.views).
+        if (
+            self.token is not None
+            and not request.url.path.startswith("/v1/")
+            and not self.public(request.url.path)
+        ):
             offered = request.query_params.get("token")
             cookie = request.cookies.get(COOKIE)
             if offered is not None and _same(offered, self.token):

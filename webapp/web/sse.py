@@ -184,7 +184,13 @@ async def stream(
                         return
                 continue
             if state.finished:
-                return  # an abandoned run (shutdown): the client reconnects elsewhere
+                # An abandoned attempt: if this process now shows the run's next one (it
+                # took the run over), the client gets it at once; else it reconnects.
+                newer = await _next_attempt(runs, state)
+                if newer is not None:
+                    position = newer.position  # synchronous from here to the yield
+                    yield encode(RESET, runs.reply_html(newer), position, RETRY_MS)
+                return
             await state.wait_beyond(seq, PING_SECONDS)
             if state.seq == seq and not state.finished and not ending.is_set():
                 yield PING
@@ -195,6 +201,16 @@ async def stream(
         runs.readers.left(state)
         if waker is not None:
             waker.cancel()
+
+
+async def _next_attempt(runs: RunManager, state: RunState) -> RunState | None:
+    """The run's attempt after the abandoned ``state``, if one is live and shown here."""
+    if not state.abandoned:
+        return None
+    newer = await runs.follow(state.chat_id, state.run_id)
+    if newer is None or newer is state or newer.abandoned or newer.epoch == state.epoch:
+        return None
+    return newer
 
 
 async def _wake_at(shutdown: anyio.Event, state: RunState) -> None:

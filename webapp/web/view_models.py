@@ -16,6 +16,7 @@ from typing import Any, Union
 
 from webapp.chats.tree import PathVersions, Versions
 from webapp.stores.session import Segment
+from webapp.transcript import Attachment
 from webapp.web.live.reply import (
     TURN_SEPARATOR,
     CardApproval,
@@ -57,6 +58,7 @@ class UserView:
     run_id: str  # the run whose input this message is: the Edit key
     text: str
     versions: Versions | None = None  # set when the message has more than one version
+    attachments: tuple[Attachment, ...] = ()  # the files it brought (SPEC §14)
     kind = "user"
 
 
@@ -96,7 +98,7 @@ def items_from_segments(
         user, rest = split_run(seg.entries)
         if user is not None:
             message = versions.of_message(seg.run_id) if versions else None
-            items.append(UserView(seg.run_id, user.text, message))
+            items.append(UserView(seg.run_id, user.text, message, user.attachments))
         status = status_from_meta(seg.meta)
         if rest or status != "completed" or user is not None:
             reply = reply_from_entries(seg.run_id, rest, status, meta=seg.meta)

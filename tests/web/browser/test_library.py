@@ -14,7 +14,7 @@ from typing import Any
 
 from playwright.sync_api import Page, expect
 
-from .harness import AppServer
+from .harness import AppFactory, AppServer
 from .ui import (
     button,
     chat_links,
@@ -30,6 +30,8 @@ from .ui import (
 
 QUESTION = "what is 12*(3+4)?"
 MAX_FILE_BYTES = 10 * 1024 * 1024  # the app's default import limit (SPEC §8: 10 MB)
+# ... plus a message's worth of attached files (SPEC §14), with --max-attachment-mb 0.1.
+IMPORT_LIMIT = MAX_FILE_BYTES + 10 * int(0.1 * 1024 * 1024) * 4 // 3
 IMPORTED_CHAT = re.compile(r"/chats/(?!import$)[^/]+$")  # where a successful import lands
 
 # What a reader sees of the conversation, in order: each message, reply and tool card
@@ -149,7 +151,7 @@ BAD_FILES: list[tuple[str, bytes, int, str]] = [
         r"format version 99, newer than this app reads",
     ),
     ("empty", b"", 400, r"The file is empty"),
-    ("over-10-mb", b"", 413, r"larger than 10,485,760 bytes"),
+    ("over-10-mb", b"", 413, rf"larger than {IMPORT_LIMIT:,} bytes"),
 ]
 
 
@@ -159,15 +161,16 @@ def _bad_file(tmp_path: Path, name: str, content: bytes) -> Path:
         # Valid JSON one byte over the limit: only its size is wrong.
         head = b'{"format_version": 1, "title": "big", "runs": [], "padding": "'
         tail = b'"}'
-        content = head + b"x" * (MAX_FILE_BYTES + 1 - len(head) - len(tail)) + tail
-        assert len(content) == MAX_FILE_BYTES + 1
+        content = head + b"x" * (IMPORT_LIMIT + 1 - len(head) - len(tail)) + tail
+        assert len(content) == IMPORT_LIMIT + 1
     file.write_bytes(content)
     return file
 
 
 def test_bad_files_are_refused_with_the_reason_and_nothing_is_written(
-    page: Page, tmp_path: Path
+    start_app: AppFactory, open_page: Callable[..., Page], tmp_path: Path
 ) -> None:
+    page = open_page(start_app("--max-attachment-mb", "0.1"))
     open_new_chat(page)
     send_and_wait(page, "count to 2")  # at least one chat in the list to keep
     page.goto("/")

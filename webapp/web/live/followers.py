@@ -23,6 +23,7 @@ from dataclasses import asdict
 from typing import Any
 
 from webapp.stores.cluster import Cluster, EventRow
+from webapp.transcript import Attachment
 from webapp.usage import Usage
 from webapp.web.live.reply import ReplyView, ToolCard
 from webapp.web.live.run_state import DONE, REASONING, TEXT, TOOL, RunState
@@ -56,6 +57,7 @@ async def publish_start(cluster: Cluster, state: RunState) -> None:
     start = {
         "chat_id": state.chat_id,
         "input": state.input_text,
+        "attachments": [asdict(a) for a in state.input_attachments],
         "continues": state.continues,
         "reply": reply_to_json(state.reply),
     }
@@ -117,6 +119,9 @@ class Followers:
         )
         state.follower = True
         state.continues = start["continues"]
+        state.input_attachments = tuple(
+            Attachment.from_dict(a) for a in start.get("attachments", ())
+        )
         self._apply(state, rows[1:])
         self._states[run_id] = state
         return state
@@ -132,6 +137,15 @@ class Followers:
             if state.seq < seq:
                 await asyncio.sleep(0.02)  # the owner writes its events every 20 ms
 
+    def drop(self, run_id: str) -> None:
+        """This process resumed ``run_id`` itself: the copy of the attempt before ends,
+        and its streams go on with this process's attempt at once."""
+        state = self._states.pop(run_id, None)
+        self._finished_at.pop(run_id, None)
+        if state is not None and not state.finished:
+            state.phase.abandon()
+            state.append_nothing()
+
     def wake(self, run_id: str) -> None:
         """The owner wrote events of ``run_id`` ("*": of any run): read them (one read at
         a time per run)."""
@@ -145,7 +159,7 @@ class Followers:
         if run_id in self._pulling:
             self._again.add(run_id)
             return
-        task = asyncio.get_running_loop().create_task(self._pull(state, check_lease=False))
+        task = asyncio.get_running_loop().create_task(self._pull_woken(state))
         self._pulling[run_id] = task
         task.add_done_callback(lambda done: self._pulled(run_id, done))
 
@@ -168,6 +182,15 @@ class Followers:
             elif now - self._finished_at.setdefault(run_id, now) > KEEP_FINISHED:
                 self._states.pop(run_id, None)
                 self._finished_at.pop(run_id, None)
+
+    async def _pull_woken(self, state: RunState) -> None:
+        """A notification's read. One that brings nothing of this attempt may be another
+        attempt's start (a takeover elsewhere): then the lease says so at once, not at
+        the next timer."""
+        before = state.seq
+        await self._pull(state, check_lease=False)
+        if state.seq == before and not state.finished:
+            await self._pull(state, check_lease=True)
 
     async def _pull(self, state: RunState, *, check_lease: bool) -> None:
         # The lease first: an owner writes its `done` record before it lets the lease

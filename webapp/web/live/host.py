@@ -90,6 +90,10 @@ class RunHost(Protocol):
 
     def next_epoch(self) -> str: ...
 
+    def drop_follower(self, run_id: str) -> None:
+        """This process resumes ``run_id`` itself: stop following another's attempt."""
+        ...
+
     async def agent_for(self, chat_id: str) -> Agent: ...
 
     def new_state(

@@ -5,7 +5,10 @@ A run is owed while its chat's ``active_run_id`` names it. After a crash, a
 restart or (with other processes) the loss of its owner, `Recovery` looks at
 what the run left -- a stop that was asked for, a checkpoint, or only the
 input it was started with -- and either finishes its bookkeeping or resumes it
-from its checkpoint under the same run id (`if_run_exists="resume_only"`).
+from its checkpoint under the same run id (`if_run_exists="resume_only"`). The text
+its turn in flight had streamed is kept (`webapp.runtime.streaming`): the resumed
+reply shows it at once and the run goes on from it; a stop or a failure found here
+keeps it too.
 
 A run that waits for a tool approval is owed too, but to the user: it is left
 alone (``paused_runs``, `webapp.chats.tool_approvals`) until a decision, which
@@ -18,13 +21,14 @@ import logging
 
 from webapp.chats.store import EVERY_CHAT, Chat
 from webapp.chats.tree import continued
+from webapp.runtime import streaming
 from webapp.runtime.options import CheckpointOptions
-from webapp.stores.checkpoint import RunSnapshot
+from webapp.stores.checkpoint import Checkpointer, RunSnapshot
 from webapp.transcript import Entry, drop_dangling_tool_calls
 from webapp.web.live.followers import publish_start
 from webapp.web.live.host import RunHost
 from webapp.web.live.reply import ReplyView, reply_from_entries, split_run
-from webapp.web.live.run_state import RunState
+from webapp.web.live.run_state import REASONING, TEXT, RunState, run_input
 
 logger = logging.getLogger("webapp.web.live.recovery")
 
@@ -86,6 +90,7 @@ class Recovery:
                 # The crash came before the run's first checkpoint: start it again.
                 logger.info("chat %s: restarting run %s from its input", chat_id, run_id)
                 state = runs.new_state(chat_id, run_id, text, ReplyView(run_id), epoch)
+                state.input_attachments = await runs.store.files.run_attachments(run_id)
                 state.from_input = True
                 state.agent = await runs.agent_for(chat_id)
                 return state
@@ -94,7 +99,7 @@ class Recovery:
         if snapshot.status == "failed":
             error = runs.redact(snapshot.head.error or "The run failed.")
             meta = {"status": "failed", "error": error}
-            entries = drop_dangling_tool_calls(snapshot.entries)
+            entries = await seen_entries(runs.checkpointer, snapshot)
             await runs.store_ended(chat_id, run_id, entries, meta, continues)
             return None
         logger.info("chat %s: resuming run %s (%s)", chat_id, run_id, snapshot.status)
@@ -107,12 +112,20 @@ class Recovery:
         recorded for its waiting calls copied into its checkpoint first."""
         runs = self.runs
         await runs.pauses.before_resume(run_id, snapshot)
-        text, reply = await self.reply_from_checkpoint(chat, run_id, snapshot.entries)
+        turn = await streaming.resumable_turn(runs.checkpointer, run_id, snapshot.head.turns)
+        entries = snapshot.entries + streaming.streamed_entries(turn)
+        text, reply = await self.reply_from_checkpoint(chat, run_id, entries)
         await runs.pauses.mark(run_id, reply, snapshot)
         if chat.continues_run_id is not None:
             state = runs.continuing(chat.id, run_id, reply, epoch)
         else:
             state = runs.new_state(chat.id, run_id, text, reply, epoch)
+            user, _ = split_run(snapshot.entries)
+            state.input_attachments = user.attachments if user is not None else ()
+        if turn is not None:  # the run goes on with that text: its deltas join it
+            state.new_turn.discard(TEXT)
+            if turn.reasoning:
+                state.new_turn.discard(REASONING)
         state.agent = await runs.agent_for(chat.id)
         return state
 
@@ -140,9 +153,17 @@ class Recovery:
         """Start a recovered run's task (its lease held), announced to other processes."""
         runs = self.runs
         await publish_start(runs.cluster, state)
+        runs.drop_follower(state.run_id)  # pages that followed the dead attempt: show this one
         if state.from_input:  # it never saved a checkpoint: it starts from its input again
             options = CheckpointOptions(runs.checkpointer, state.run_id, if_run_exists="fail")
-            runs.launch(state, state.input_text, options, runs.session)
+            runs.launch(state, run_input(state), options, runs.session)
             return
         options = CheckpointOptions(runs.checkpointer, state.run_id, if_run_exists="resume_only")
         runs.launch(state, [], options, runs.session)
+
+
+async def seen_entries(checkpointer: Checkpointer, snapshot: RunSnapshot) -> list[Entry]:
+    """A run's tool-consistent entries plus the text its turn in flight had streamed:
+    what its reply showed when it stopped, failed or crashed."""
+    turn = await streaming.resumable_turn(checkpointer, snapshot.run_id, snapshot.head.turns)
+    return drop_dangling_tool_calls(snapshot.entries) + streaming.streamed_entries(turn)

@@ -22,6 +22,7 @@ from typing import NamedTuple
 from webapp.events import TerminalEvent
 from webapp.runtime.agent import Agent
 from webapp.runtime.run_handle import RunHandle
+from webapp.transcript import Attachment, Entry, UserEntry
 from webapp.web.live.reply import ReplyView
 
 # What a log record says changed: its SSE event name too (webapp.web.event_names).
@@ -102,6 +103,7 @@ class RunState:
     from_input: bool = False  # restarted from its input: it never saved a checkpoint
     # The kinds (TEXT, REASONING) whose next delta starts a new model turn.
     new_turn: set[str] = field(default_factory=lambda: {TEXT, REASONING})
+    input_attachments: tuple[Attachment, ...] = ()  # the files its message brought (§14)
     _waiters: set[asyncio.Future[None]] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -178,3 +180,10 @@ class RunState:
 def _release(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+def run_input(state: RunState) -> str | list[Entry]:
+    """What a run starts from: the user's text, with the files it brought (SPEC §14)."""
+    if state.input_attachments:
+        return [UserEntry(state.input_text, state.input_attachments)]
+    return state.input_text

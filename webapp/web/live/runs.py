@@ -69,7 +69,7 @@ from webapp.web.live.followers import Followers, publish_start, reply_to_json
 from webapp.web.live.host import Renderer
 from webapp.web.live.pauses import Pauses
 from webapp.web.live.readers import Readers
-from webapp.web.live.recovery import Recovery
+from webapp.web.live.recovery import Recovery, seen_entries
 from webapp.web.live.reply import (
     ReplyStatus,
     ReplyView,
@@ -78,7 +78,7 @@ from webapp.web.live.reply import (
     split_run,
 )
 from webapp.web.live.run_end import NoObserver, RunObserver, retried
-from webapp.web.live.run_state import DONE, REASONING, TEXT, TOOL, Ending, RunState
+from webapp.web.live.run_state import DONE, REASONING, TEXT, TOOL, Ending, RunState, run_input
 
 logger = logging.getLogger("webapp.web.live.runs")
 
@@ -186,6 +186,9 @@ class RunManager:
             if self._latest.get(state.chat_id) == state.run_id:
                 del self._latest[state.chat_id]
 
+    def drop_follower(self, run_id: str) -> None:
+        self.followers.drop(run_id)
+
     def forget_chat(self, chat_id: str) -> None:
         run_id = self._latest.pop(chat_id, None)
         if run_id is not None:
@@ -201,6 +204,7 @@ class RunManager:
         *,
         continues: ReplyView | None = None,
         page: int | None = None,
+        entries: list[Entry] | None = None,
     ) -> tuple[RunState, Begun]:
         """Record ``new`` in the chat and, once that is committed, start it (chat lock
         held, no run active). Returns the run, with the chat as its record left it and,
@@ -208,7 +212,9 @@ class RunManager:
         (`ChatStore.begin_run`).
 
         A continuation (``continues``: the reply it goes on with) runs with no
-        input; its text streams into that reply.
+        input; its text streams into that reply. ``entries``: the run's input as
+        entries instead of ``text`` (``[]``: none, the session's history is the whole
+        request -- an API request that brings tool results).
         """
         # The input and the agent's model go with the run's record, committed before the
         # run starts: a crash before the run's first checkpoint restarts it from there
@@ -221,13 +227,15 @@ class RunManager:
             state = self.new_state(chat_id, new.run_id, text, ReplyView(new.run_id))
         else:
             state = self.continuing(chat_id, new.run_id, continues)
+        state.input_attachments = new.attachments if continues is None else ()
         # A new run: nobody else can hold its lease.
         await self.cluster.claim(state.run_id, chat_id, state.epoch)
         await publish_start(self.cluster, state)
         state.agent = agent
         # Not deleted on success: `end_run` drops the checkpoint with the chat's own update.
         options = CheckpointOptions(self.checkpointer, new.run_id, if_run_exists="fail")
-        self.launch(state, [] if continues is not None else text, options, self.session)
+        given: str | list[Entry] = run_input(state) if entries is None else entries
+        self.launch(state, [] if continues is not None else given, options, self.session)
         return state, begun
 
     def continuing(
@@ -384,7 +392,11 @@ class RunManager:
         """Its outcome could not be recorded: release the chat, the run marked failed
         (`webapp.web.live.run_end`); if even that fails, the next start recovers it."""
         meta = {"status": "failed", "error": self.redact(reason)}
-        kept: list[Entry] = [UserEntry(state.input_text)] if state.continues is None else []
+        kept: list[Entry] = (
+            [UserEntry(state.input_text, state.input_attachments)]
+            if state.continues is None
+            else []
+        )
         try:
             with self.cluster.fenced(state.run_id, state.epoch):
                 await retried(
@@ -419,7 +431,7 @@ class RunManager:
             meta = {"status": "failed", "error": self.redact(str(error) or type(error).__name__)}
         if state.continues is None and (not entries or not isinstance(entries[0], UserEntry)):
             # Refused before its first save: keep the user's message anyway.
-            entries = [UserEntry(state.input_text), *entries]
+            entries = [UserEntry(state.input_text, state.input_attachments), *entries]
         kept = await self.store_ended(chat_id, run_id, entries, meta, state.continues)
         status: ReplyStatus = "stopped" if isinstance(event, RunCancelled) else "failed"
         return reply_from_entries(state.continues or run_id, kept[1:], status, meta=meta)
@@ -494,7 +506,7 @@ class RunManager:
         store what its checkpoint holds as stopped."""
         await self.store.request_stop(chat.id, run_id)
         snapshot = await self.checkpointer.load(run_id)
-        entries = drop_dangling_tool_calls(snapshot.entries) if snapshot is not None else []
+        entries = await seen_entries(self.checkpointer, snapshot) if snapshot is not None else []
         await self.store_ended(
             chat.id, run_id, entries, {"status": "stopped"}, chat.continues_run_id
         )

@@ -59,15 +59,23 @@ async def import_chat(request: Request) -> Response:
     """POST /chats/import (multipart, field ``file``): a JSON export becomes a new chat."""
     app = web(request)
     try:
-        data = await read_upload(request, "file", file_format.MAX_FILE_BYTES)
+        data = await read_upload(request, "file", _max_import_bytes(request))
     except FormError as exc:
         return await _refuse_import(request, exc.status, exc.message)
     outcome = await app.chats.import_chat(
-        owner_of(request), data, max_message_chars=app.max_message_chars
+        owner_of(request), data, max_message_chars=app.max_message_chars, intake=app.intake
     )
     if isinstance(outcome, BadChatFile):
         return await _refuse_import(request, 400, f"Not imported: {outcome.message}")
     return to_chat(request, outcome.chat.id)
+
+
+def _max_import_bytes(request: Request) -> int:
+    """A chat file's limit: the text's, plus a message's worth of files in base64."""
+    intake = web(request).intake
+    if intake is None:
+        return file_format.MAX_FILE_BYTES
+    return file_format.MAX_FILE_BYTES + intake.limits.max_files * intake.limits.max_bytes * 4 // 3
 
 
 async def _refuse_import(request: Request, status: int, message: str) -> Response:

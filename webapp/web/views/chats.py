@@ -6,16 +6,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from webapp.web.app_state import web
+from webapp.web.attachment_forms import read_with_files, take
 from webapp.web.auth import owner_of
 from webapp.web.chat_models import Refused
-from webapp.web.chat_service import Branched, Busy, ChatNotFound, OverLimit, RunNotFound
-from webapp.web.forms import (
-    FormError,
-    byte_limit,
-    message_from_fields,
-    read_fields,
-    read_title,
+from webapp.web.chat_service import (
+    NO_FILES,
+    Branched,
+    Busy,
+    ChatNotFound,
+    OverLimit,
+    RunNotFound,
 )
+from webapp.web.forms import FormError, read_title
 from webapp.web.views.responses import (
     BUSY,
     NO_CHAT,
@@ -64,11 +66,12 @@ async def new_chat(request: Request) -> Response:
     with the ``preset`` or the ``model`` chosen there."""
     app = web(request)
     try:
-        fields = await read_fields(request, byte_limit(app.max_message_chars))
-        form = message_from_fields(fields, app.max_message_chars) if "text" in fields else None
+        attached = await read_with_files(request)
+        form, fields = attached.message, attached.fields
         settings = app.models.for_new_chat(fields.get("preset"), fields.get("model"))
         if isinstance(settings, Refused):
             raise FormError(400, settings.message, draft=form.text if form else "")
+        taken = await take(request, attached) if form is not None else None
     except FormError as exc:
         if is_htmx(request):
             return await refuse(request, exc.status, exc.message)
@@ -79,7 +82,9 @@ async def new_chat(request: Request) -> Response:
     owner = owner_of(request)
     if form is None:
         return to_chat(request, (await app.chats.new_chat(owner)).id)
-    outcome = await app.chats.start_chat(owner, form.text, form.client_id, settings)
+    outcome = await app.chats.start_chat(
+        owner, form.text, form.client_id, settings, taken or NO_FILES
+    )
     if isinstance(outcome, OverLimit):
         return await over_limit(request, outcome, draft=form.text)
     return to_chat(request, outcome.chat.id)

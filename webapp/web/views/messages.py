@@ -15,6 +15,7 @@ from starlette.responses import HTMLResponse, Response
 
 from webapp.chats.store import Chat
 from webapp.web.app_state import web
+from webapp.web.attachment_forms import read_with_files, take
 from webapp.web.auth import owner_of
 from webapp.web.chat_service import (
     Busy,
@@ -28,7 +29,7 @@ from webapp.web.chat_service import (
     Started,
     VersionNotFound,
 )
-from webapp.web.forms import FormError, read_decision, read_message, read_run_id
+from webapp.web.forms import FormError, read_decision, read_run_id
 from webapp.web.view_models import UserView
 from webapp.web.views.responses import (
     BUSY,
@@ -93,13 +94,17 @@ async def send(request: Request) -> Response:
     app = web(request)
     chat_id = request.path_params["chat_id"]
     try:
-        form = await read_message(request, app.max_message_chars)
+        attached = await read_with_files(request)
+        form = attached.required()
+        if attached.uploads and await app.chats.get(owner_of(request), chat_id) is None:
+            return await refuse(request, 404, NO_CHAT)  # read no file for a chat not there
+        taken = await take(request, attached)
     except FormError as exc:
         chat = await app.chats.get(owner_of(request), chat_id)
         if chat is None:
             return await refuse(request, 404, NO_CHAT)
         return await refuse(request, exc.status, exc.message, chat=chat, draft=exc.draft)
-    outcome = await app.chats.send(owner_of(request), chat_id, form.text, form.client_id)
+    outcome = await app.chats.send(owner_of(request), chat_id, form.text, form.client_id, taken)
     return await answer(request, outcome, busy=BUSY, draft=form.text)
 
 
@@ -127,7 +132,11 @@ async def edit(request: Request) -> Response:
     app = web(request)
     chat_id, run_id = request.path_params["chat_id"], request.path_params["run_id"]
     try:
-        form = await read_message(request, app.max_message_chars)
+        attached = await read_with_files(request)
+        form = attached.required()
+        if attached.uploads and await app.chats.get(owner_of(request), chat_id) is None:
+            return await refuse(request, 404, NO_CHAT)
+        added = (await take(request, attached)).files
     except FormError as exc:
         chat = await app.chats.get(owner_of(request), chat_id)
         if chat is None:
@@ -135,7 +144,9 @@ async def edit(request: Request) -> Response:
         return await refuse(
             request, exc.status, exc.message, chat=chat, draft=exc.draft, editing=run_id
         )
-    outcome = await app.chats.edit(owner_of(request), chat_id, run_id, form.text)
+    outcome = await app.chats.edit(
+        owner_of(request), chat_id, run_id, form.text, attached.keep, added, app.intake
+    )
     return await answer(request, outcome, busy=BUSY, draft=form.text, editing=run_id)
 
 
