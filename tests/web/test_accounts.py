@@ -393,6 +393,7 @@ async def test_a_database_from_before_accounts_is_migrated_and_its_chats_go_to_t
         "DROP TABLE shares",
         "DROP TABLE share_segments",
         "DROP TABLE projects",
+        "DROP TABLE project_files",
         "DROP INDEX chats_by_project",
         "ALTER TABLE chats DROP COLUMN project_id",
         "DROP TABLE users",

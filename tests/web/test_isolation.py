@@ -34,6 +34,7 @@ PER_PERSON = {"home", "new_chat", "import_chat", "search", "new_project"}
 # test_isolation_projects.py (the share's own management routes name the chat: here).
 PROJECTS_AND_SHARED = {"project", "new_project_chat", "project_instructions", "rename_project"}
 PROJECTS_AND_SHARED |= {"delete_project", "shared", "continue_shared", "continue_shared_page"}
+PROJECTS_AND_SHARED |= {"add_project_files", "remove_project_file"}
 ACCOUNTS = {"login", "sign_in", "logout"}
 ADMIN = {"admin_users", "add_user", "disable_user", "enable_user", "reset_password"}
 ADMIN |= {"sign_out_user", "metrics"}

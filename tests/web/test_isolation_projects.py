@@ -27,7 +27,7 @@ SHARE_AND_MOVE = {"share_page", "share", "revoke_share", "move_chat"}
 async def _alices_rows(db: object) -> list[object]:
     return [
         sorted(map(repr, await rows(db, f"SELECT * FROM {table}")))  # type: ignore[arg-type]
-        for table in ("projects", "shares", "share_segments")
+        for table in ("projects", "shares", "share_segments", "project_files")
     ] + [sorted(map(repr, await rows(db, "SELECT id, project_id FROM chats")))]  # type: ignore[arg-type]
 
 
@@ -44,6 +44,12 @@ async def test_another_persons_projects_and_share_links_are_404(web_client_facto
         chat_id = chat.rsplit("/", 1)[1]
         await alice.post(f"/chats/{chat_id}/messages", data={"text": f"hello {SECRET}"})
         await client.wait_idle(chat_id)
+        added = await alice.post(
+            f"/projects/{project}/files",
+            files=[("files", ("plan.txt", f"notes {SECRET}".encode(), "text/plain"))],
+        )
+        assert added.status_code == 303, added.text
+        ((file_id,),) = await rows(client.db, "SELECT file_id FROM project_files")
         await alice.post(f"/chats/{chat_id}/share")
         share_page = (await alice.get(f"/chats/{chat_id}/share", headers=HTML)).text
         token = re.search(r"/s/([A-Za-z0-9_-]{43})", share_page)
@@ -57,6 +63,7 @@ async def test_another_persons_projects_and_share_links_are_404(web_client_facto
             "project_id": project,
             "chat_id": chat_id,
             "token": token.group(1),
+            "file_id": file_id,
         }
         tried: set[str] = set()
         for route in app.routes:
@@ -67,7 +74,8 @@ async def test_another_persons_projects_and_share_links_are_404(web_client_facto
                 continue
             path = str(route.url_path_for(route.name, **{p: values[p] for p in params}))
             for method in sorted(route.methods or ()):
-                for fields in ({}, {"project_id": bobs_project_id, "name": "taken"}):
+                taken = {"project_id": bobs_project_id, "name": "plan.txt"}
+                for fields in ({}, taken):
                     await _refused(bob, method, path, fields)
             tried.add(route.name)
         assert SHARE_AND_MOVE <= tried and "project" in tried, tried

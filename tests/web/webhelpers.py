@@ -474,6 +474,7 @@ _SQLITE_STEPS_UNDONE: dict[int, tuple[str, ...]] = {
         "DROP TABLE shares",
         "DROP TABLE share_segments",
         "DROP TABLE projects",
+        "DROP TABLE project_files",
         "DROP INDEX chats_by_project",
         "ALTER TABLE chats DROP COLUMN project_id",
     ),

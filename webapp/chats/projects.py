@@ -19,11 +19,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from webapp.chats import project_files
 from webapp.chats.db import ChatDatabase, Tx
 from webapp.chats.library import CHAT_COLUMNS, Chat, chat_from_row, owns
 from webapp.chats.users import Owner
 
-SCHEMA = """
+SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS projects (
     id TEXT PRIMARY KEY,
     user_id TEXT,
@@ -35,7 +37,9 @@ CREATE INDEX IF NOT EXISTS projects_by_user ON projects (user_id, name);
 ALTER TABLE chats ADD COLUMN project_id TEXT;
 CREATE INDEX IF NOT EXISTS chats_by_project ON chats (project_id, updated_at DESC);
 """
-POSTGRES_SCHEMA = SCHEMA.replace(" REAL ", " DOUBLE PRECISION ").replace(
+    + project_files.SCHEMA
+)
+POSTGRES_SCHEMA = SCHEMA.replace(" REAL", " DOUBLE PRECISION").replace(
     "ADD COLUMN project_id", "ADD COLUMN IF NOT EXISTS project_id"
 )
 
@@ -144,7 +148,8 @@ class Projects:
         )
 
     async def delete(self, owner: Owner, project_id: str) -> bool:
-        """Delete the project; its chats stay, moved out of it (one transaction)."""
+        """Delete the project; its chats stay, moved out of it, and its files go unless a
+        chat holds them too (one transaction)."""
 
         async def remove(tx: Tx) -> bool:
             if await owned_project(tx, owner, project_id) is None:
@@ -152,6 +157,7 @@ class Projects:
             await tx.execute(
                 "UPDATE chats SET project_id = NULL WHERE project_id = ?", (project_id,)
             )
+            await project_files.forget_project(tx, project_id)  # its files, unless a chat's
             return await tx.execute("DELETE FROM projects WHERE id = ?", (project_id,)) > 0
 
         return await self._db.write(remove)

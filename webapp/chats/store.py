@@ -43,6 +43,7 @@ from webapp.chats.library import chat_from_row as _chat
 from webapp.chats.library import delete_checkpoints as _delete_checkpoints
 from webapp.chats.limits import Limits
 from webapp.chats.pages import Page, read_page
+from webapp.chats.project_files import ProjectFiles
 from webapp.chats.projects import Projects
 from webapp.chats.session_rows import append_segments, cut_segments, shown_segment, stored_segments
 from webapp.chats.shares import Shares
@@ -266,6 +267,7 @@ class ChatStore(ChatLibrary):
         self.files = attachments.FileStore(self._store)
         self.shares = Shares(self._store)
         self.projects = Projects(self._store)
+        self.project_files = ProjectFiles(self._store)
         self.limits = limits or Limits()
 
     async def close(self) -> None:

@@ -17,10 +17,13 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
+from webapp.chats.project_files import ProjectFileContext
+from webapp.chats.projects import Project
 from webapp.chats.store import ChatStore
 from webapp.mcp_servers import McpServers
 from webapp.models.attached import FileContents, WithAttachments
 from webapp.models.long_results import CutLongResults
+from webapp.models.with_context import WithContext
 from webapp.runtime.agent import Agent, Instructions, RunContext
 from webapp.runtime.model import Model
 from webapp.runtime.tool import Tool
@@ -38,12 +41,14 @@ class ChatAgents:
         store: ChatStore,
         models: ChatModels | None = None,
         files: FileContents | None = None,
+        context_chars: int = 60_000,
     ) -> None:
         self.base = base
         self.servers = servers  # None: no config file, or one with no MCP servers
         self.store = store
         self.models = models  # the chat's model and instructions (None: the base agent's)
         self.files = files  # what a user message's attachments hold, for the model
+        self.context_chars = context_chars  # how much of a project's files a call is sent
 
     @property
     def builtin_tools(self) -> Sequence[Tool]:
@@ -63,22 +68,28 @@ class ChatAgents:
         agent = replace(self.base, tools=tools)
         if self.models is not None:
             agent = await self.models.apply(agent, chat_id)
-        agent = await self._in_project(agent, chat_id)
+        project = await self.store.projects.project_of(chat_id)
+        agent = _in_project(agent, project)
         model: Model | None = CutLongResults(agent.model) if agent.model is not None else None
         if model is not None and self.files is not None:
             model = WithAttachments(model, self.files)  # images and documents, as sent (§14)
+        if model is not None and project is not None:  # the project's files (§15)
+            files = ProjectFileContext(
+                self.store.files, self.store.project_files, chat_id, self.context_chars
+            )
+            model = WithContext(model, files)
         return replace(agent, model=model)
 
-    async def _in_project(self, agent: Agent, chat_id: str) -> Agent:
-        """The chat's project's instructions, if any, before the chat's own (SPEC §15)."""
-        project = await self.store.projects.project_of(chat_id)
-        if project is None or not project.instructions.strip():
-            return agent
-        own = agent.instructions
-        if isinstance(own, str):
-            return replace(agent, instructions=_joined(project.instructions, own))
-        composed: Instructions = _Prefixed(project.instructions, own)
-        return replace(agent, instructions=composed)
+
+def _in_project(agent: Agent, project: Project | None) -> Agent:
+    """The chat's project's instructions, if any, before the chat's own (SPEC §15)."""
+    if project is None or not project.instructions.strip():
+        return agent
+    own = agent.instructions
+    if isinstance(own, str):
+        return replace(agent, instructions=_joined(project.instructions, own))
+    composed: Instructions = _Prefixed(project.instructions, own)
+    return replace(agent, instructions=composed)
 
 
 def _joined(first: str, then: str) -> str:

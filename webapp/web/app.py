@@ -262,6 +262,13 @@ def project_routes() -> list[Route]:
             name="project_instructions",
         ),
         Route(f"{by_id}/rename", projects.rename_project, methods=["POST"], name="rename_project"),
+        Route(f"{by_id}/files", projects.add_files, methods=["POST"], name="add_project_files"),
+        Route(
+            f"{by_id}/files/{{file_id}}/remove",
+            projects.remove_file,
+            methods=["POST"],
+            name="remove_project_file",
+        ),
         Route(f"{by_id}/delete", projects.delete_project, methods=["POST"], name="delete_project"),
         Route("/chats/{chat_id}/project", projects.move_chat, methods=["POST"], name="move_chat"),
     ]
@@ -487,7 +494,7 @@ def _build_state(
     chat_models = ChatModels(store=store, registry=models, agent=agent)
     servers = McpServers(config.mcp_servers) if config.mcp_servers else None
     files = FileContext(store.files, attachment_limits.context_chars)
-    agents = ChatAgents(agent, servers, store, chat_models, files)
+    agents = ChatAgents(agent, servers, store, chat_models, files, attachment_limits.context_chars)
     runs = RunManager(
         agent=agent,
         agent_for=agents.chat_agent,  # its tools, grants, model and instructions

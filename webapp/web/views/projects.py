@@ -13,9 +13,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from webapp.chats.intake import AttachmentRefused
 from webapp.chats.projects import MAX_INSTRUCTIONS_CHARS, Project, ProjectNameError
 from webapp.chats.text import message_text
 from webapp.web.app_state import web
+from webapp.web.attachment_forms import read_message_with_files
 from webapp.web.auth import account_of, owner_of
 from webapp.web.forms import FormError, byte_limit, read_fields
 from webapp.web.views.responses import NO_CHAT, error_page, redirect, refuse, to_chat
@@ -34,6 +36,7 @@ async def _project_page(
     owner = owner_of(request)
     context: dict[str, Any] = {
         "project": project,
+        "project_files": await app.store.project_files.of(owner, project.id),
         "project_chats": await app.store.projects.chats(owner, project.id),
         "projects": await app.store.projects.of(owner),
         "chats": await app.chats.recent(owner),
@@ -149,3 +152,51 @@ async def move_chat(request: Request) -> Response:
     if not await app.store.projects.move(owner, chat_id, target):
         return await refuse(request, 404, NO_PROJECT, chat=chat)
     return to_chat(request, chat_id)
+
+
+async def add_files(request: Request) -> Response:
+    """POST /projects/{project_id}/files (multipart, ``files``): documents every chat of
+    the project can draw on (SPEC §15). A file that cannot be taken is refused by name
+    with the reason, and none of the form's files is added."""
+    app = web(request)
+    project = await _owned(request)
+    if project is None:
+        return await refuse(request, 404, NO_PROJECT)
+    intake = app.intake
+    if intake is None:
+        raise RuntimeError("the app reads no files: build it with webapp.web.create_app")
+    try:
+        form = await read_message_with_files(request, 1_000, intake.limits)
+        if not form.uploads:
+            raise FormError(400, "Choose one or more files in Attach files, then Add files.")
+        new = await intake.read(form.uploads)
+        image = next((f for f in new if f.text is None), None)
+        if image is not None:
+            raise AttachmentRefused(
+                image.attachment.name,
+                "project files are documents (PDF, Word or text); attach an image to a "
+                "message instead",
+            )
+    except FormError as exc:
+        return await _project_page(request, project, status_code=exc.status, alert=exc.message)
+    except AttachmentRefused as exc:
+        return await _project_page(request, project, status_code=400, alert=str(exc))
+    if not await app.store.project_files.add(owner_of(request), project.id, new):
+        return await refuse(request, 404, NO_PROJECT)  # deleted meanwhile
+    return _to_project(request, project.id)
+
+
+async def remove_file(request: Request) -> Response:
+    """POST /projects/{project_id}/files/{file_id}/remove (field ``name``)."""
+    project = await _owned(request)
+    if project is None:
+        return await refuse(request, 404, NO_PROJECT)
+    try:
+        name = await _field(request, "name", 1_000)
+    except FormError as exc:
+        return await _project_page(request, project, status_code=exc.status, alert=exc.message)
+    files = web(request).store.project_files
+    if not await files.remove(owner_of(request), project.id, request.path_params["file_id"], name):
+        message = "That file is not in this project any more. Reload the page."
+        return await _project_page(request, project, status_code=404, alert=message)
+    return _to_project(request, project.id)
