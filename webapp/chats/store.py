@@ -26,9 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Self
 
-from webapp.chats import api_access, attachments, share_rows, tool_approvals
+from webapp.chats import api_access, attachments, sharing, tool_approvals
 from webapp.chats import limits as chat_limits
-from webapp.chats import projects as chat_projects
 from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
 from webapp.chats import settings as chat_settings
@@ -43,10 +42,7 @@ from webapp.chats.library import chat_from_row as _chat
 from webapp.chats.library import delete_checkpoints as _delete_checkpoints
 from webapp.chats.limits import Limits
 from webapp.chats.pages import Page, read_page
-from webapp.chats.project_files import ProjectFiles
-from webapp.chats.projects import Projects
 from webapp.chats.session_rows import append_segments, cut_segments, shown_segment, stored_segments
-from webapp.chats.shares import Shares
 from webapp.chats.tree import Tree
 from webapp.chats.users import EVERY_CHAT, Owner, ThrottlePolicy, Users
 from webapp.stores import streamed
@@ -99,8 +95,6 @@ CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);
 )
 
 _SETTINGS = chat_settings.SCHEMA + chat_settings.RUN_SCHEMA
-_SHARES_AND_PROJECTS = share_rows.SCHEMA + chat_projects.SCHEMA
-_POSTGRES_SHARES_AND_PROJECTS = share_rows.POSTGRES_SCHEMA + chat_projects.POSTGRES_SCHEMA
 
 
 class ChatBusyError(RuntimeError):
@@ -185,7 +179,7 @@ class ChatStore(ChatLibrary):
         + chat_users.SQLITE_SCHEMA
         + api_access.SCHEMA
         + attachments.SQLITE_SCHEMA
-        + _SHARES_AND_PROJECTS
+        + sharing.SCHEMA
     )
     MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: "CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);",
@@ -207,7 +201,7 @@ class ChatStore(ChatLibrary):
         11: streamed.TABLE_SQL,  # the streamed text of a turn in flight
         12: api_access.SCHEMA,  # the API's keys and the runs programs started (SPEC §16)
         13: attachments.SQLITE_SCHEMA,  # attached files, their text's index, who holds them
-        14: _SHARES_AND_PROJECTS,  # share links and projects (SPEC §15)
+        14: sharing.SCHEMA,  # share links and projects (SPEC §15)
     }
     # PostgreSQL started with everything above but run_inputs (its own numbering).
     POSTGRES_SCHEMA_VERSION = 12
@@ -222,7 +216,7 @@ class ChatStore(ChatLibrary):
         8: streamed.TABLE_SQL,  # the streamed text of a turn in flight
         9: api_access.POSTGRES_SCHEMA,  # the API's keys and runs (SPEC §16)
         10: attachments.POSTGRES_SCHEMA,  # attached files (SPEC §14)
-        11: _POSTGRES_SHARES_AND_PROJECTS,  # share links and projects (SPEC §15)
+        11: sharing.POSTGRES_SCHEMA,  # share links and projects (SPEC §15)
     }
     POSTGRES_SCHEMA_SQL = (
         POSTGRES_STORES
@@ -236,7 +230,7 @@ class ChatStore(ChatLibrary):
         + chat_users.POSTGRES_SCHEMA
         + api_access.POSTGRES_SCHEMA
         + attachments.POSTGRES_SCHEMA
-        + _POSTGRES_SHARES_AND_PROJECTS
+        + sharing.POSTGRES_SCHEMA
     )
 
     def __init__(
@@ -265,9 +259,9 @@ class ChatStore(ChatLibrary):
         self.api_keys = api_access.ApiKeys(self._store)
         self.api_runs = api_access.ApiRuns(self._store)
         self.files = attachments.FileStore(self._store)
-        self.shares = Shares(self._store)
-        self.projects = Projects(self._store)
-        self.project_files = ProjectFiles(self._store)
+        self.shares = sharing.Shares(self._store)
+        self.projects = sharing.Projects(self._store)
+        self.project_files = sharing.ProjectFiles(self._store)
         self.limits = limits or Limits()
 
     async def close(self) -> None:
