@@ -1,6 +1,7 @@
 """SPEC §15 in a real Chromium: share links in each --share-links mode under --auth
-password (with Continue this chat), and projects whose instructions reach a real
-endpoint on loopback, with chats moved in and out by the Project select."""
+password (with Continue this chat), and projects whose instructions and files reach a
+real endpoint on loopback (it records each request), with chats moved in and out by the
+Project select."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from .harness import AppFactory, FakeEndpoint, numbered_reply
 from .test_accounts import PASSWORD, _add_user
 from .test_axe import expect_no_violations
 from .ui import button, message_box, open_chat_options, open_new_chat, send_and_wait, users
+
+
+NOTES = b"The gate code is PLUM-42.\nWater the plums on Sundays.\n"
 
 
 def _sign_in(page: Page, name: str) -> None:
@@ -125,6 +129,12 @@ def test_project_instructions_reach_the_model_and_chats_move(
     page.get_by_label("Instructions", exact=True).fill("Answer in French.")
     button(page, "Save instructions").click()
     expect(page.get_by_label("Instructions", exact=True)).to_have_value("Answer in French.")
+    page.get_by_label("Attach files", exact=True).set_input_files(
+        files=[{"name": "notes.txt", "mimeType": "text/plain", "buffer": NOTES}]
+    )
+    button(page, "Add files").click()
+    files = page.get_by_role("list", name="Files of this project")
+    expect(files.locator("[data-role=attachment]")).to_have_attribute("data-name", "notes.txt")
     expect_no_violations(page, "a project's page")
 
     button(page, "New chat in project").click()
@@ -137,7 +147,9 @@ def test_project_instructions_reach_the_model_and_chats_move(
     assert reply.text.strip() == numbered_reply(1)
     system = endpoint.requests[-1]["messages"][0]
     assert system["role"] == "system"
-    assert system["content"] == "Answer in French.\n\nBe brief."
+    # The project's instructions, the chat's own, then the project's files.
+    assert system["content"].startswith("Answer in French.\n\nBe brief.\n\nProject files:")
+    assert "[notes.txt]\nThe gate code is PLUM-42." in system["content"]
 
     # Out of the project with the select (it saves itself), then the model hears only
     # the chat's own instructions.
@@ -152,7 +164,7 @@ def test_project_instructions_reach_the_model_and_chats_move(
     ).to_have_count(0)
     page.goto(chat)
     send_and_wait(page, "And then?")
-    assert endpoint.requests[-1]["messages"][0]["content"] == "Be brief."
+    assert endpoint.requests[-1]["messages"][0]["content"] == "Be brief."  # no files either
 
     # In again, and the project deleted: the chat stays, outside any project.
     menu = open_chat_options(page)
