@@ -16,7 +16,6 @@ from .test_accounts import PASSWORD, _add_user
 from .test_axe import expect_no_violations
 from .ui import button, message_box, open_chat_options, open_new_chat, send_and_wait, users
 
-
 NOTES = b"The gate code is PLUM-42.\nWater the plums on Sundays.\n"
 
 
