@@ -187,3 +187,29 @@ async def test_anyone_mode_needs_no_access_token_for_the_shared_page_alone(
     assert page.status_code == 200 and "public words" in page.text
     assert (await client.http.get(f"/chats/{chat_id}", headers=HTML)).status_code == 401
     assert (await client.http.get(f"/s/{link}/continue", headers=HTML)).status_code == 401
+
+
+async def test_a_continued_chat_keeps_the_files_its_messages_brought(
+    web_client_factory: MakeClient,
+):
+    client = await web_client_factory(auth=AuthSettings("password"), offline_delay=0)
+    await add_user(client, "alice")
+    await add_user(client, "bob")
+    async with person(client.app, "alice") as a, person(client.app, "bob") as b:
+        chat_id = await new_chat(a)
+        sent = await a.post(
+            f"/chats/{chat_id}/messages",
+            data={"text": "read this"},
+            files=[("files", ("memo.txt", b"memo words", "text/plain"))],
+        )
+        assert sent.status_code in (200, 303), sent.text
+        await client.wait_idle(chat_id)
+        token = await _share(client, a, chat_id)
+        made = await b.post(f"/s/{token}/continue")
+        copy = made.headers["location"].rsplit("/", 1)[1]
+        assert (await a.post(f"/chats/{chat_id}/delete")).status_code == 303
+        page = (await b.get(f"/chats/{copy}", headers=HTML)).text
+        found = re.search(rf"/chats/{copy}/files/([0-9a-f]+)", page)
+        assert found, page[:500]
+        download = await b.get(found.group(0))
+        assert download.status_code == 200 and download.content == b"memo words"

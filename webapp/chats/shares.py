@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from webapp.chats import attachments
 from webapp.chats import settings as chat_settings
 from webapp.chats import tree as chat_tree
 from webapp.chats.db import ChatDatabase, Tx
@@ -34,6 +35,7 @@ from webapp.chats.share_rows import POSTGRES_SCHEMA, SCHEMA, forget_chat, forget
 from webapp.chats.users import Owner
 from webapp.stores.codec import StoredSegment
 from webapp.stores.session import Segment
+from webapp.transcript import UserEntry
 
 SHARE_MODES = ("off", "signed-in", "anyone")
 TOKEN_BYTES = 32  # 256 bits; the SPEC asks for at least 128
@@ -230,6 +232,15 @@ class Shares:
                 await chat_settings.copy_run(tx, str(row[0]), run_id)
                 segment = StoredSegment(run_id, int(row[1]), str(row[2]), row[3])
                 await append_segments(tx, chat.id, [segment])
+                # The files its messages brought (§14) are the new chat's too: its own to
+                # download, and kept while it holds them, whatever becomes of the original.
+                brought = [
+                    a
+                    for e in segment.decode(chat.id).entries
+                    if isinstance(e, UserEntry)
+                    for a in e.attachments
+                ]
+                await attachments.link(tx, chat.id, brought)
                 parent = run_id
             return chat
 
