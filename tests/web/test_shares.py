@@ -61,11 +61,16 @@ async def test_a_link_is_a_snapshot_until_updated_and_has_no_controls(
 
     listed = parse_html((await client.http.get(f"/chats/{chat_id}", headers=HTML)).text)
     assert "Shared" in listed.find("nav", aria_label="Chats").norm_text()
+    # A message sent with htmx moves the chat's item to the top: still marked.
+    moved = await client.send(chat_id, "third", htmx=True)
+    items = parse_html(moved.text).find_all("li", id=f"chat-item-{chat_id}")
+    assert [i.norm_text() for i in items if i.find_all("a")] == ["first *words* Shared"]
+    await client.wait_idle(chat_id)
 
     assert (await client.http.post(f"/chats/{chat_id}/share")).status_code == 303
     again = parse_html((await client.http.get(f"/s/{token}", headers=HTML)).text)
     assert "second message" in again.norm_text()  # the same link, updated
-    assert len(again.find_all("article")) == 4
+    assert len(again.find_all("article")) == 6
 
     assert (await client.http.post(f"/chats/{chat_id}/share/revoke")).status_code == 303
     gone = await client.http.get(f"/s/{token}", headers=HTML)

@@ -168,12 +168,14 @@ async def chat_updated(
     if not is_htmx(request):
         return to_chat(request, chat.id)
     context = await page_context(request, chat, with_list=False, read=read)
+    # The chat's item moves to the top of the list: still marked Shared if it is.
+    shared = await web(request).store.shares.link(owner_of(request), chat.id)
     return web(request).templates.response(
         "_chat_update.html",
         position=live_position(context),
         editing=None,
         edit_draft=None,
-        **context,
+        **{**context, "shared_ids": {chat.id} if shared is not None else set()},
     )
 
 
