@@ -11,7 +11,7 @@ from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
-from .harness import AppFactory, FakeEndpoint, numbered_reply
+from .harness import AppFactory, AppServer, FakeEndpoint, numbered_reply
 from .test_accounts import PASSWORD, _add_user
 from .test_axe import expect_no_violations
 from .ui import button, message_box, open_chat_options, open_new_chat, send_and_wait, users
@@ -181,3 +181,31 @@ def test_project_instructions_reach_the_model_and_chats_move(
     ).to_have_count(0)
     page.goto(chat)
     expect(users(page)).to_have_count(2)
+
+
+def test_without_javascript_move_puts_a_chat_in_a_project_and_share_works(
+    app: AppServer, open_page: Callable[..., Page]
+) -> None:
+    page = open_page(app, java_script_enabled=False)
+    page.goto("/")
+    page.get_by_label("Project name", exact=True).fill("Offline")
+    button(page, "New project").click()
+    project = page.url
+    page.goto("/")
+    button(page, "New chat").click()
+    expect(page).to_have_url(re.compile(r"/chats/[0-9a-f]{32}$"))
+    chat = page.url
+    page.get_by_text("Chat options", exact=True).click()
+    page.get_by_label("Project", exact=True).select_option(label="Offline")
+    button(page, "Move").click()
+    expect(page).to_have_url(chat)
+    expect(page.get_by_label("Project", exact=True)).to_have_value(project.rsplit("/", 1)[1])
+    page.goto(project)
+    chats = page.get_by_role("list", name="Chats in this project").get_by_role("link")
+    expect(chats).to_have_count(1)
+    page.goto(chat)
+    page.get_by_role("link", name="Share", exact=True).click()
+    button(page, "Create link").click()
+    expect(page.get_by_label("Share link", exact=True)).to_have_value(re.compile(r"/s/"))
+    button(page, "Revoke link").click()
+    expect(button(page, "Create link")).to_be_visible()
