@@ -210,6 +210,9 @@ async def test_a_continued_chat_keeps_the_files_its_messages_brought(
         assert sent.status_code in (200, 303), sent.text
         await client.wait_idle(chat_id)
         token = await _share(client, a, chat_id)
+        shared = parse_html((await b.get(f"/s/{token}", headers=HTML)).text)
+        named = shared.find("li", data_role="attachment")
+        assert named.attrs["data-name"] == "memo.txt" and named.find_all("a") == []
         made = await b.post(f"/s/{token}/continue")
         copy = made.headers["location"].rsplit("/", 1)[1]
         assert (await a.post(f"/chats/{chat_id}/delete")).status_code == 303
