@@ -31,9 +31,11 @@
   }
 
   function copyText(text, button) {
+    var label = button.getAttribute("data-label") || button.textContent;
+    button.setAttribute("data-label", label);
     function done(ok) {
       button.textContent = ok ? "Copied" : "Copy failed";
-      setTimeout(function () { button.textContent = "Copy"; }, 1500);
+      setTimeout(function () { button.textContent = label; }, 1500);
     }
     if (navigator.clipboard && window.isSecureContext) {
       navigator.clipboard.writeText(text).then(function () { done(true); }, function () { done(false); });
@@ -123,10 +125,19 @@
   }
 
   document.addEventListener("click", function (event) {
+    var link = event.target instanceof Element ? event.target.closest("[data-copy-link]") : null;
+    var box = link ? document.getElementById(link.getAttribute("data-copy-link")) : null;
+    if (box) { copyText(box.value, link); return; }
     var button = event.target instanceof Element
       ? event.target.closest("[data-copy-code], [data-copy]") : null;
     var source = button ? copySource(button) : null;
     if (source) { copyText(source.textContent || "", button); }
+  });
+
+  // A select that saves itself (a chat's Project): its Move button stays for no JavaScript.
+  document.addEventListener("change", function (event) {
+    var select = event.target instanceof Element ? event.target.closest("select[data-autosubmit]") : null;
+    if (select && select.form) { select.form.requestSubmit(); }
   });
 
   // A message just sent: follow the reply from the bottom again.

@@ -259,6 +259,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(env WEBAPP_TRUSTED_PROXIES; default none)",
     )
     parser.add_argument(
+        "--share-links",
+        default=env("WEBAPP_SHARE_LINKS") or "signed-in",
+        choices=("off", "signed-in", "anyone"),
+        help="who may open a chat's share link: off (no sharing), signed-in (anyone who "
+        "may use the app; under --auth none everyone who reaches it) or anyone "
+        "(env WEBAPP_SHARE_LINKS; default signed-in)",
+    )
+    parser.add_argument(
         "--max-runs-per-user",
         type=at_least_one,
         default=env("WEBAPP_MAX_RUNS_PER_USER") or None,
@@ -463,7 +471,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             redact=[args.api_key or ""],
             allowed_hosts=allowed_hosts(args.host, extra=args.allowed_hosts),
             config=config,
-            auth=AuthSettings(args.auth, args.auth_header, tuple(args.trusted_proxies)),
+            auth=AuthSettings(
+                args.auth, args.auth_header, tuple(args.trusted_proxies), args.share_links
+            ),
             limits=Limits(args.max_runs_per_user, args.max_tokens_per_day),
             lease_seconds=args.lease_seconds,
             metrics_token=args.metrics_token,

@@ -340,7 +340,9 @@ async def test_chats_from_before_accounts_go_to_the_first_admin(
     root = await after.web.store.users.find("root")
     assert owners == {chat_id: root.id for chat_id in old}
     async with person(after.app, "root") as http:
-        listed = parse_html((await http.get("/", headers=HTML)).text).find("nav")
+        listed = parse_html((await http.get("/", headers=HTML)).text).find(
+            "nav", aria_label="Chats"
+        )
         links = {a.attrs["href"] for a in listed.find_all("a")}
         assert {f"/chats/{c}" for c in old} <= links
     async with person(after.app, "second") as http:
@@ -387,6 +389,13 @@ async def test_a_database_from_before_accounts_is_migrated_and_its_chats_go_to_t
     # Take the schema back to the version before accounts: what an older release left.
     before = 6 if db_kind == "postgres" else 10
     for statement in (
+        # What came after accounts (share links and projects), gone too.
+        "DROP TABLE shares",
+        "DROP TABLE share_segments",
+        "DROP TABLE projects",
+        "DROP TABLE project_files",
+        "DROP INDEX chats_by_project",
+        "ALTER TABLE chats DROP COLUMN project_id",
         "DROP TABLE users",
         "DROP TABLE user_sessions",
         "DROP TABLE sign_in_failures",

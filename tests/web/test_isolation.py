@@ -29,7 +29,12 @@ from webapp.web.chat_service import ChatNotFound
 
 SECRET = "quokka-7731"
 # Routes that name no chat: each is per person, and checked on its own below.
-PER_PERSON = {"home", "new_chat", "import_chat", "search"}
+PER_PERSON = {"home", "new_chat", "import_chat", "search", "new_project"}
+# Projects, and the shared page a link opens: tried as another person in
+# test_isolation_projects.py (the share's own management routes name the chat: here).
+PROJECTS_AND_SHARED = {"project", "new_project_chat", "project_instructions", "rename_project"}
+PROJECTS_AND_SHARED |= {"delete_project", "shared", "continue_shared", "continue_shared_page"}
+PROJECTS_AND_SHARED |= {"add_project_files", "remove_project_file"}
 ACCOUNTS = {"login", "sign_in", "logout"}
 ADMIN = {"admin_users", "add_user", "disable_user", "enable_user", "reset_password"}
 ADMIN |= {"sign_out_user", "metrics"}
@@ -148,6 +153,7 @@ async def _alice_makes_chats(client: WebClient, alice: httpx.AsyncClient) -> dic
     await client.wait_text(stopped, 40)
     await alice.post(f"/chats/{stopped}/runs/{await client.active_run(stopped)}/stop")
     await client.wait_idle(stopped)
+    assert (await alice.post(f"/chats/{versions}/share")).status_code == 303  # a link to revoke
     await alice.post(f"/chats/{live}/messages", data={"text": "count to 10000"})
     await client.wait_text(live, 10)
     return {"versions": versions, "stopped": stopped, "live": live}
@@ -235,9 +241,8 @@ async def test_another_persons_chats_are_404_on_every_route_and_change_nothing(
             f"person: {unreached}. Give Alice content that shows them."
         )
         names = {r.name for r in app.routes if isinstance(r, Route | Mount)}
-        unknown = sorted(
-            names - chat_routes - PER_PERSON - ACCOUNTS - ADMIN - SHARED - API - {"static"}
-        )
+        known = PER_PERSON | ACCOUNTS | ADMIN | SHARED | API | PROJECTS_AND_SHARED | {"static"}
+        unknown = sorted(names - chat_routes - known)
         assert not unknown, f"routes this test does not cover yet: {unknown}"
 
         # Alice's side: every row and every page as it was, the live reply still live.
@@ -274,7 +279,7 @@ async def _per_person_routes_show_only_bobs_own(
     client: WebClient, alice: httpx.AsyncClient, bob: httpx.AsyncClient, theirs: list[str]
 ) -> None:
     home = parse_html((await bob.get("/", headers=HTML)).text)
-    listed = {a.attrs["href"] for a in home.find("nav").find_all("a")}
+    listed = {a.attrs["href"] for a in home.find("nav", aria_label="Chats").find_all("a")}
     assert not listed & {f"/chats/{c}" for c in theirs} and len(listed) == 1
     for headers in (HTML, HX):
         found = await bob.get("/search", params={"q": SECRET}, headers=headers)

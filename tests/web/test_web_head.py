@@ -15,6 +15,7 @@ import httpx
 from starlette.routing import Mount, Route
 from webhelpers import HX, parse_html, replies, serve
 
+from webapp.chats.users import EVERY_CHAT
 from webapp.models import ScriptedModel
 from webapp.web import create_app
 
@@ -80,7 +81,16 @@ async def test_every_get_route_answers_head_like_get_without_a_body(tmp_path: Pa
         run_id = await asyncio.wait_for(finished(), 10)
         page = (await http.get(f"/chats/{chat_id}")).text
         (file_id,) = set(re.findall(rf"/chats/{chat_id}/files/([0-9a-f]+)", page))
-        params = {"chat_id": chat_id, "run_id": run_id, "file_id": file_id}
+        await http.post(f"/chats/{chat_id}/share")
+        link = await app.state.web.store.shares.link(EVERY_CHAT, chat_id)
+        project = (await http.post("/projects", data={"name": "p"})).headers["location"]
+        params = {
+            "chat_id": chat_id,
+            "run_id": run_id,
+            "file_id": file_id,
+            "token": link.token,
+            "project_id": project.rsplit("/", 1)[1],
+        }
         # An API run too: its event stream is a GET route of its own (SPEC §16).
         (model,) = (await http.get("/v1/models")).json()["data"]
         asked = {"model": model["id"], "messages": [{"role": "user", "content": "hi"}]}

@@ -470,6 +470,14 @@ _SQLITE_STEPS_UNDONE: dict[int, tuple[str, ...]] = {
         "ALTER TABLE chats DROP COLUMN user_id",
     ),
     11: ("DROP TABLE checkpoint_partials",),
+    14: (
+        "DROP TABLE shares",
+        "DROP TABLE share_segments",
+        "DROP TABLE projects",
+        "DROP TABLE project_files",
+        "DROP INDEX chats_by_project",
+        "ALTER TABLE chats DROP COLUMN project_id",
+    ),
 }
 
 

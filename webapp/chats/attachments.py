@@ -13,7 +13,7 @@ Tables (the same in both dialects but for the column types and the index):
   so a run restarted from its input sends what it would have sent.
 
 Invariant: a file row exists only while some chat's ``message_files`` row
-names it. They are written in the transaction that records the message
+(or a project's ``project_files`` row, SPEC §15) names it. They are written in the transaction that records the message
 (`store_files`, called by `ChatStore.begin_run`) and taken out in the one that
 deletes the chat (`forget_chat`), so no crash leaves a file without a chat or
 a message without its file.
@@ -200,16 +200,23 @@ async def forget_chat(tx: Tx, chat_id: str) -> None:
     )
     await tx.execute("DELETE FROM message_files WHERE chat_id = ?", (chat_id,))
     for (file_id,) in rows:
-        if await tx.fetch("SELECT 1 FROM message_files WHERE file_id = ? LIMIT 1", (file_id,)):
-            continue
-        if tx.dialect == "sqlite":  # out of the index first, while its text is there
-            await tx.execute(
-                "INSERT INTO attachment_search (attachment_search, rowid, text) "
-                "SELECT 'delete', id, text FROM attachment_chunks WHERE file_id = ?",
-                (file_id,),
-            )
-        await tx.execute("DELETE FROM attachment_chunks WHERE file_id = ?", (file_id,))
-        await tx.execute("DELETE FROM attachment_files WHERE id = ?", (file_id,))
+        await free_unused(tx, str(file_id))
+
+
+async def free_unused(tx: Tx, file_id: str) -> None:
+    """Delete the file (its row, chunks and index entries) unless a chat's message or a
+    project (SPEC §15, ``project_files``) still names it."""
+    for table in ("message_files", "project_files"):
+        if await tx.fetch(f"SELECT 1 FROM {table} WHERE file_id = ? LIMIT 1", (file_id,)):
+            return
+    if tx.dialect == "sqlite":  # out of the index first, while its text is there
+        await tx.execute(
+            "INSERT INTO attachment_search (attachment_search, rowid, text) "
+            "SELECT 'delete', id, text FROM attachment_chunks WHERE file_id = ?",
+            (file_id,),
+        )
+    await tx.execute("DELETE FROM attachment_chunks WHERE file_id = ?", (file_id,))
+    await tx.execute("DELETE FROM attachment_files WHERE id = ?", (file_id,))
 
 
 async def run_attachments(tx: Tx, run_id: str) -> tuple[Attachment, ...]:

@@ -7,7 +7,8 @@ its selection rank (the largest is shown), its entries (SPEC §1 dicts), its
 segment meta, the model that wrote it (``model``, ``endpoint/model``) and the
 tokens the endpoint reported (``usage``: ``input_tokens``, ``output_tokens``).
 The last two are null when unknown, and absent from files of older versions,
-which import as they always did. Ids are keys ending in ``_id`` and times keys ending in ``_at``,
+which import as they always did. ``project`` (absent outside projects) names the
+project the chat was in; import files it into the importer's project of that name. Ids are keys ending in ``_id`` and times keys ending in ``_at``,
 so two exports of the same chat differ in nothing else.
 
 Import validates the whole file before anything is written and says where the
@@ -84,6 +85,7 @@ class ChatFile:
     updated_at: float
     runs: list[ExportedRun]  # creation order
     files: list[ExportedFile] = field(default_factory=list)  # what they attached (§14)
+    project: str | None = None  # the name of the project the chat was in
 
 
 # --- reading a chat out of the store --------------------------------------------------
@@ -139,6 +141,7 @@ def to_json(chat_id: str, chat: ChatFile) -> str:
         "chat_id": chat_id,
         "exported_at": time.time(),
         "title": chat.title,
+        **({"project": chat.project} if chat.project else {}),
         "created_at": chat.created_at,
         "updated_at": chat.updated_at,
         "runs": [
@@ -284,6 +287,11 @@ def parse(data: bytes, *, max_message_chars: int = MAX_MESSAGE_CHARS) -> ChatFil
     title = title_line(_string(_field(document, "title", str, ""), "title"))
     if len(title) > MAX_TITLE_CHARS:
         raise ChatFileError(f"title: longer than {MAX_TITLE_CHARS} characters.")
+    project = document.get("project") or ""  # optional: chats outside projects have none
+    if not isinstance(project, str):
+        raise ChatFileError("project: not a string.")
+    if len(project) > MAX_TITLE_CHARS:
+        raise ChatFileError(f"project: longer than {MAX_TITLE_CHARS} characters.")
     raw_runs = _field(document, "runs", list, "")
     if len(raw_runs) > MAX_RUNS:
         raise ChatFileError(f"runs: more than {MAX_RUNS:,} runs.")
@@ -304,6 +312,7 @@ def parse(data: bytes, *, max_message_chars: int = MAX_MESSAGE_CHARS) -> ChatFil
         _time(document, "updated_at", now),
         _ranked(runs),
         files,
+        " ".join(project.split()) or None,
     )
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from webapp.chats import attachments, file_format, tool_approvals
+from webapp.chats import attachments, file_format, share_rows, tool_approvals
 from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
 from webapp.chats.db import ChatDatabase, Dialect, Tx
@@ -84,6 +84,7 @@ async def _remove_chat(tx: Tx, chat_id: str, run_ids: list[str]) -> bool:
     await tx.execute("DELETE FROM sends WHERE chat_id = ?", (chat_id,))
     await tool_approvals.forget_chat(tx, chat_id)
     await attachments.forget_chat(tx, chat_id)
+    await share_rows.forget_chat(tx, chat_id)  # its link goes with it, at once
     return await tx.execute("DELETE FROM chats WHERE id = ?", (chat_id,)) > 0
 
 
@@ -167,7 +168,11 @@ class ChatLibrary:
                 ExportedFile(f.id, f.name, f.media_type, f.data)
                 for f in await attachments.chat_files(tx, chat_id)
             ]
-            return replace(found, files=files)
+            project = await tx.fetch(
+                "SELECT p.name FROM chats c JOIN projects p ON p.id = c.project_id WHERE c.id = ?",
+                (chat_id,),
+            )
+            return replace(found, files=files, project=str(project[0][0]) if project else None)
 
         return await self._store.read(read)
 
@@ -191,6 +196,16 @@ class ChatLibrary:
                 ],
             )
             await tx.execute("UPDATE chats SET user_id = ? WHERE id = ?", (owner.user_id, chat_id))
+            if chat.project:  # into the importer's project of that name, if there is one
+                where, params = owner.condition()
+                found = await tx.fetch(
+                    f"SELECT id FROM projects WHERE name = ?{where} ORDER BY created_at, id LIMIT 1",
+                    (chat.project, *params),
+                )
+                if found:
+                    await tx.execute(
+                        "UPDATE chats SET project_id = ? WHERE id = ?", (found[0][0], chat_id)
+                    )
             return chat_id
 
         return await self._store.write(store)
@@ -230,6 +245,7 @@ class ChatLibrary:
                 )
                 run_ids = [str(r[0]) for r in runs] + ([str(active)] if active else [])
                 await _remove_chat(tx, chat_id, run_ids)
+            await tx.execute("DELETE FROM projects WHERE user_id = ?", (user_id,))
             await delete_account(tx, user_id)
             return len(chats)
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Self
 
-from webapp.chats import api_access, attachments, tool_approvals
+from webapp.chats import api_access, attachments, sharing, tool_approvals
 from webapp.chats import limits as chat_limits
 from webapp.chats import search as chat_search
 from webapp.chats import search_pg as chat_search_pg
@@ -168,7 +168,7 @@ class ChatStore(ChatLibrary):
     """
 
     SCHEMA_NAME = "webapp_chats"
-    SCHEMA_VERSION = 14
+    SCHEMA_VERSION = 15
     SCHEMA_SQL = (
         SQLITE_STORES
         + _SCHEMA
@@ -179,6 +179,7 @@ class ChatStore(ChatLibrary):
         + chat_users.SQLITE_SCHEMA
         + api_access.SCHEMA
         + attachments.SQLITE_SCHEMA
+        + sharing.SCHEMA
     )
     MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: "CREATE INDEX IF NOT EXISTS sends_by_client ON sends (client_id);",
@@ -200,9 +201,10 @@ class ChatStore(ChatLibrary):
         11: streamed.TABLE_SQL,  # the streamed text of a turn in flight
         12: api_access.SCHEMA,  # the API's keys and the runs programs started (SPEC §16)
         13: attachments.SQLITE_SCHEMA,  # attached files, their text's index, who holds them
+        14: sharing.SCHEMA,  # share links and projects (SPEC §15)
     }
     # PostgreSQL started with everything above but run_inputs (its own numbering).
-    POSTGRES_SCHEMA_VERSION = 11
+    POSTGRES_SCHEMA_VERSION = 12
     POSTGRES_MIGRATIONS: ClassVar[Mapping[int, str]] = {
         1: _RUN_INPUTS,
         2: chat_search_pg.SCHEMA + chat_search_pg.REBUILD,  # no text holds the markers
@@ -214,6 +216,7 @@ class ChatStore(ChatLibrary):
         8: streamed.TABLE_SQL,  # the streamed text of a turn in flight
         9: api_access.POSTGRES_SCHEMA,  # the API's keys and runs (SPEC §16)
         10: attachments.POSTGRES_SCHEMA,  # attached files (SPEC §14)
+        11: sharing.POSTGRES_SCHEMA,  # share links and projects (SPEC §15)
     }
     POSTGRES_SCHEMA_SQL = (
         POSTGRES_STORES
@@ -227,6 +230,7 @@ class ChatStore(ChatLibrary):
         + chat_users.POSTGRES_SCHEMA
         + api_access.POSTGRES_SCHEMA
         + attachments.POSTGRES_SCHEMA
+        + sharing.POSTGRES_SCHEMA
     )
 
     def __init__(
@@ -255,6 +259,9 @@ class ChatStore(ChatLibrary):
         self.api_keys = api_access.ApiKeys(self._store)
         self.api_runs = api_access.ApiRuns(self._store)
         self.files = attachments.FileStore(self._store)
+        self.shares = sharing.Shares(self._store)
+        self.projects = sharing.Projects(self._store)
+        self.project_files = sharing.ProjectFiles(self._store)
         self.limits = limits or Limits()
 
     async def close(self) -> None:

@@ -28,6 +28,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from webapp.chats import share_rows
 from webapp.chats.db import ChatDatabase, Tx
 
 
@@ -226,11 +227,13 @@ class Users:
         )
 
     async def set_disabled(self, user_id: str, disabled: bool) -> bool:
-        """Disabling also ends the account's sessions, in the same transaction."""
+        """Disabling also ends the account's sessions and revokes its chats' share links,
+        in the same transaction."""
 
         async def change(tx: Tx) -> bool:
             if disabled:
                 await tx.execute("DELETE FROM user_sessions WHERE user_id = ?", (user_id,))
+                await share_rows.forget_owner(tx, user_id)  # their links are revoked, for good
             return (
                 await tx.execute(
                     "UPDATE users SET disabled = ? WHERE id = ?", (int(disabled), user_id)

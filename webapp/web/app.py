@@ -86,12 +86,14 @@ from webapp.web.views import (
     chat_files,
     chats,
     messages,
+    projects,
     search,
     stream,
     tools,
 )
 from webapp.web.views import models as model_views
 from webapp.web.views import operations as operation_views
+from webapp.web.views import shares as share_views
 from webapp.web.views.responses import ERROR_TITLES, http_exception
 
 logger = logging.getLogger("webapp.web")
@@ -207,8 +209,68 @@ def routes(
             name="revoke_api_key",
         ),
         *api_routes(),
+        *share_routes(),
+        *project_routes(),
         *account_routes(auth or AuthSettings()),
         Mount("/static", StaticFiles(directory=static_dir), name="static"),
+    ]
+
+
+def share_routes() -> list[Route]:
+    """Share links (SPEC §15): the owner's page and actions, and the shared page."""
+    return [
+        Route("/chats/{chat_id}/share", share_views.share_page, methods=["GET"], name="share_page"),
+        Route("/chats/{chat_id}/share", share_views.publish, methods=["POST"], name="share"),
+        Route(
+            "/chats/{chat_id}/share/revoke",
+            share_views.revoke,
+            methods=["POST"],
+            name="revoke_share",
+        ),
+        Route("/s/{token}", share_views.shared, methods=["GET"], name="shared"),
+        Route(
+            "/s/{token}/continue",
+            share_views.continue_page,
+            methods=["GET"],
+            name="continue_shared_page",
+        ),
+        Route(
+            "/s/{token}/continue",
+            share_views.continue_shared,
+            methods=["POST"],
+            name="continue_shared",
+        ),
+    ]
+
+
+def project_routes() -> list[Route]:
+    """Projects (SPEC §15), and moving a chat into or out of one."""
+    by_id = "/projects/{project_id}"
+    return [
+        Route("/projects", projects.new_project, methods=["POST"], name="new_project"),
+        Route(by_id, projects.project_page, methods=["GET"], name="project"),
+        Route(
+            f"{by_id}/chats",
+            projects.new_chat_in_project,
+            methods=["POST"],
+            name="new_project_chat",
+        ),
+        Route(
+            f"{by_id}/instructions",
+            projects.save_instructions,
+            methods=["POST"],
+            name="project_instructions",
+        ),
+        Route(f"{by_id}/rename", projects.rename_project, methods=["POST"], name="rename_project"),
+        Route(f"{by_id}/files", projects.add_files, methods=["POST"], name="add_project_files"),
+        Route(
+            f"{by_id}/files/{{file_id}}/remove",
+            projects.remove_file,
+            methods=["POST"],
+            name="remove_project_file",
+        ),
+        Route(f"{by_id}/delete", projects.delete_project, methods=["POST"], name="delete_project"),
+        Route("/chats/{chat_id}/project", projects.move_chat, methods=["POST"], name="move_chat"),
     ]
 
 
@@ -363,7 +425,11 @@ def create_app(
     app.add_middleware(Gate, settings=auth, routes=app.routes)
     app.add_middleware(AuthenticationMiddleware, backend=_backend(auth, state), on_error=refused)
     app.add_middleware(
-        SecurityMiddleware, token=token, render_error=render_error, allowed_hosts=allowed_hosts
+        SecurityMiddleware,
+        token=token,
+        render_error=render_error,
+        allowed_hosts=allowed_hosts,
+        public=auth.public_path,
     )
     if auth.trusted_proxies:
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=list(auth.trusted_proxies))
@@ -428,7 +494,7 @@ def _build_state(
     chat_models = ChatModels(store=store, registry=models, agent=agent)
     servers = McpServers(config.mcp_servers) if config.mcp_servers else None
     files = FileContext(store.files, attachment_limits.context_chars)
-    agents = ChatAgents(agent, servers, store, chat_models, files)
+    agents = ChatAgents(agent, servers, store, chat_models, files, attachment_limits.context_chars)
     runs = RunManager(
         agent=agent,
         agent_for=agents.chat_agent,  # its tools, grants, model and instructions

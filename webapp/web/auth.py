@@ -21,6 +21,7 @@ anonymous request may reach is `webapp.web.gate`'s business.
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -34,12 +35,14 @@ from starlette.requests import HTTPConnection
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from webapp.chats.shares import SHARE_MODES
 from webapp.chats.users import EVERY_CHAT, Account, Owner, UserNameError, Users
 
 AuthMode = Literal["none", "token", "password", "header"]
 AUTH_MODES: tuple[str, ...] = get_args(AuthMode)
 SESSION_COOKIE = "webapp_session"
 DEFAULT_HEADER = "X-Forwarded-User"
+SHARED_PAGE = re.compile(r"^/s/[^/]+$")  # a shared page itself, not what is done from it
 IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
@@ -69,11 +72,16 @@ class AuthSettings:
     mode: AuthMode = "none"
     header: str = DEFAULT_HEADER
     trusted_proxies: tuple[str, ...] = ()
+    share_links: str = "signed-in"  # who may open a share link: one of SHARE_MODES
 
     def __post_init__(self) -> None:
         if self.mode not in AUTH_MODES:
             raise ValueError(f"auth mode must be one of {', '.join(AUTH_MODES)}; got {self.mode!r}")
         networks(self.trusted_proxies)
+        if self.share_links not in SHARE_MODES:
+            raise ValueError(
+                f"share links must be one of {', '.join(SHARE_MODES)}; got {self.share_links!r}"
+            )
         if self.mode == "header" and not self.trusted_proxies:
             raise ValueError(
                 "header sign-in needs the proxy's addresses (trusted_proxies, "
@@ -81,6 +89,11 @@ class AuthSettings:
             )
         if self.mode == "header" and not self.header.strip():
             raise ValueError("header sign-in needs the header's name (--auth-header)")
+
+    def public_path(self, path: str) -> bool:
+        """Whether ``path`` is open to anyone, signed in or not: a shared page, when
+        share links are open to ``anyone`` (SPEC §15)."""
+        return self.share_links == "anyone" and bool(SHARED_PAGE.match(path))
 
     @property
     def accounts(self) -> bool:

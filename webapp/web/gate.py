@@ -66,7 +66,11 @@ class Gate:
 
     def _open(self, path: str) -> bool:
         # /v1/: the API, where the key in the request says who asks (webapp.web.api).
-        return path.startswith(("/static/", "/v1/")) or path in self.open_paths
+        return (
+            path.startswith(("/static/", "/v1/"))
+            or path in self.open_paths
+            or self.settings.public_path(path)
+        )
 
     def _anonymous(self, request: Request) -> Response:
         if self.settings.mode == "header":

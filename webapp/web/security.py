@@ -5,6 +5,7 @@
   an HttpOnly, SameSite=Strict cookie and redirects to the same address
   without the token, so it does not linger in history or logs. That redirect
   is always to a path on this site, whatever the request's path looked like.
+  Paths said ``public`` (a shared page under ``--share-links anyone``) need none.
 - Cross-origin: a state-changing request (anything but GET/HEAD/OPTIONS)
   whose ``Origin`` -- or ``Referer`` when there is no Origin -- names another
   origin is refused with 403. Requests with neither (curl, tests) pass: a
@@ -105,9 +106,11 @@ class SecurityMiddleware:
         token: str | None,
         render_error: ErrorRenderer,
         allowed_hosts: Sequence[str] | None = None,
+        public: Callable[[str], bool] | None = None,
     ) -> None:
         self.app = app
         self.token = token
+        self.public = public or (lambda path: False)  # paths the token does not guard
         self.render_error = render_error
         self.allowed_hosts = {h.lower().strip("[]") for h in allowed_hosts or ()}
 
@@ -144,7 +147,11 @@ class SecurityMiddleware:
             # rebinding) would otherwise count as "same origin" here.
             return self._error(400, "This server does not answer to that host name.")
         # The API answers for itself: its key is the token (webapp.web.api.views).
-        if self.token is not None and not request.url.path.startswith("/v1/"):
+        if (
+            self.token is not None
+            and not request.url.path.startswith("/v1/")
+            and not self.public(request.url.path)
+        ):
             offered = request.query_params.get("token")
             cookie = request.cookies.get(COOKIE)
             if offered is not None and _same(offered, self.token):

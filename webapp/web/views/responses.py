@@ -95,6 +95,11 @@ async def page_context(
     settings = await app.models.settings(chat.id) if chat is not None and with_list else None
     total = await app.store.settings.usage(chat.id) if chat is not None and with_list else None
     return {
+        **(await sidebar_context(request) if with_list else {}),
+        "sharing": app.auth.share_links != "off",
+        "chat_project": (
+            await app.store.projects.project_of(chat.id) if chat is not None and with_list else None
+        ),
         "chat": chat,
         "account": account_of(request),
         "can_sign_out": app.auth.mode == "password",
@@ -111,6 +116,17 @@ async def page_context(
         "chat_usage": total,
         "presets": app.models.registry.presets if chat is None else (),
         "default_instructions": app.models.default_instructions,
+    }
+
+
+async def sidebar_context(request: Request) -> dict[str, Any]:
+    """What the sidebar shows beside the chat list: the person's projects, and which of
+    their chats are shared (SPEC §15)."""
+    store = web(request).store
+    owner = owner_of(request)
+    return {
+        "projects": await store.projects.of(owner),
+        "shared_ids": await store.shares.shared_chat_ids(owner),
     }
 
 
@@ -152,12 +168,14 @@ async def chat_updated(
     if not is_htmx(request):
         return to_chat(request, chat.id)
     context = await page_context(request, chat, with_list=False, read=read)
+    # The chat's item moves to the top of the list: still marked Shared if it is.
+    shared = await web(request).store.shares.link(owner_of(request), chat.id)
     return web(request).templates.response(
         "_chat_update.html",
         position=live_position(context),
         editing=None,
         edit_draft=None,
-        **context,
+        **{**context, "shared_ids": {chat.id} if shared is not None else set()},
     )
 
 
