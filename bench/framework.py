@@ -1,9 +1,15 @@
-"""This app beside lovia 0.9.119, the framework it grew from: the speed goals of issue 21.
+"""This app beside the stack's floor and lovia 0.9.119: the speed goals of issues 21 and 33.
 
 Run from the repository root: ``python bench/framework.py`` (``--quick`` first;
 ``--only stream|stores`` for one half). lovia runs from a virtual environment of
 its own (``python -m venv /tmp/lovia-venv && /tmp/lovia-venv/bin/pip install
-'lovia[web]==0.9.119'``), so nothing in ours changes.
+'lovia[web]==0.9.119'``), so nothing in ours changes. The floor is the design
+card's stack and nothing else (``--floor``, by default
+/work/shared/bench/stack_floor_app.py: Starlette, sse-starlette and httpx relaying
+the same stream); it runs beside the two servers in every streaming scenario but
+the chat page, which it has none of. Every figure is process CPU (the server's,
+from /proc; for the stores this process's or lovia's worker's, their threads
+included) except the append's, which is fsync bound and taken as wall time.
 
 Streaming: ``bench/stream.py``'s fake endpoint, scenarios and measures, imported.
 Ours runs as ``python -m webapp``; lovia as its ``create_app(...)`` under its
@@ -20,7 +26,8 @@ page is a script that fetches ``GET /api/sessions/{id}``: that JSON is its figur
 Stores, taking turns operation by operation at SQLite's default
 ``synchronous=FULL``: lovia's ``SQLiteSession`` in a worker process of its
 interpreter, ours here with ``bench/stores.py``'s raw ``sqlite3`` floors (same
-rows, text ready). lovia's files get run 1 through its ``append`` and the rest
+rows, text ready); the load's floor is a plain ``sqlite3`` read of the store's
+own file with ``json.loads`` of every row, on a connection kept open. lovia's files get run 1 through its ``append`` and the rest
 as the rows it writes (its ``entry_to_dict``), in one transaction: 10,000
 appends would take it minutes.
 """
