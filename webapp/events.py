@@ -91,3 +91,29 @@ Event = Union[
     RunPaused,
 ]
 TERMINAL_EVENTS = (RunCompleted, RunFailed, RunCancelled, RunPaused)
+
+
+def joined_deltas(events: list[Event]) -> list[Event]:
+    """``events`` with each run of `TextDelta` (or of `ReasoningDelta`) joined into one.
+
+    What a reader shows is the same; the work per delta is done once for the run.
+    """
+    if len(events) < 2:
+        return events
+    out: list[Event] = []
+    pieces: list[str] = []
+    kind: type | None = None
+    for event in events:
+        if type(event) is kind:
+            pieces.append(event.text)  # type: ignore[union-attr]
+            continue
+        if kind is not None:
+            out.append(kind("".join(pieces)))
+            kind = None
+        if type(event) in (TextDelta, ReasoningDelta):
+            kind, pieces = type(event), [event.text]  # type: ignore[union-attr]
+        else:
+            out.append(event)
+    if kind is not None:
+        out.append(kind("".join(pieces)))
+    return out

@@ -88,7 +88,9 @@ def test_coalesce_merges_consecutive_text_only():
 async def test_resume_from_last_event_id_has_no_gap_and_no_duplicate(
     web_client_factory: MakeClient,
 ):
-    client = await web_client_factory(model=ScriptedModel([NUMBERS]))
+    # At a model's pace, each token is a record of its own (a burst is logged as
+    # the pieces the run had ready when its log was written: fewer, longer ones).
+    client = await web_client_factory(model=ScriptedModel([NUMBERS], chunk_delay=0.001))
     chat_id = await client.new_chat()
     await client.send(chat_id, "count")
     state = await finished_run(client, chat_id)

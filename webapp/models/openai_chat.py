@@ -34,7 +34,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
@@ -57,10 +57,9 @@ from webapp.models.chat_stream import (
     SSELines,
     StreamState,
     error_text,
-    merged,
     parts_from_completion,
 )
-from webapp.runtime.model import ModelPart, ModelRequest
+from webapp.runtime.model import ModelPart, ModelRequest, ReasoningPart, TextPart
 
 _JSON = json.JSONDecoder()
 logger = logging.getLogger("webapp.models.openai_chat")
@@ -69,6 +68,7 @@ _MAX_ERROR_BODY = 64 * 1024
 _DRAIN_SECONDS = 1.0
 _SSE_FIELDS = frozenset({b"data", b"event", b"id", b"retry"})
 _LINES_PER_PART = 128  # about 64 chunks: a third of a millisecond to parse
+_JOINED = (TextPart, ReasoningPart)  # consecutive parts of these kinds go on as one
 
 
 class OpenAIChatModel:
@@ -253,9 +253,11 @@ class OpenAIChatModel:
                 "stream; check --base-url (OpenAI-compatible servers usually end in /v1)"
             )
         state, lines = StreamState(), SSELines()
-        # Bytes, decoded by httpx if the server compressed them, as they arrive: the
-        # lines are split here (SSELines says why not `aiter_lines`).
-        pieces = response.aiter_bytes()
+        # Bytes as they arrive, decoded by httpx only if the server compressed them
+        # (two generator layers less per token when not): the lines are split here
+        # (SSELines says why not `aiter_lines`).
+        plain = response.headers.get("content-encoding", "identity").lower() == "identity"
+        pieces = response.aiter_raw() if plain else response.aiter_bytes()
         size = 1  # lines at a time until the first part: it goes on before the rest is parsed
         async for piece in pieces:
             # One read holds as many chunks as arrived meanwhile (a fast model, a busy
@@ -266,7 +268,7 @@ class OpenAIChatModel:
             while start < len(read) and not state.done:
                 batch: list[ModelPart] = []
                 try:
-                    merged(self._parts(state, read[start : start + size]), into=batch)
+                    self._parts(state, read[start : start + size], batch)
                 except ModelError:
                     for part in batch:  # what came before a malformed chunk is kept
                         yield part
@@ -281,7 +283,14 @@ class OpenAIChatModel:
         if state.done:
             await _finish_reading(pieces)
         else:  # a last line without its line break still counts
-            for part in self._parts(state, lines.split(b"\n")):
+            batch = []
+            try:
+                self._parts(state, lines.split(b"\n"), batch)
+            except ModelError:
+                for part in batch:  # what came before a malformed chunk is kept
+                    yield part
+                raise
+            for part in batch:
                 yield part
         if not state.done and state.finish_reason is None:
             raise ModelError(
@@ -291,8 +300,10 @@ class OpenAIChatModel:
         for part in state.final_parts():
             yield part
 
-    def _parts(self, state: StreamState, lines: list[bytes]) -> Iterator[ModelPart]:
-        """The parts the SSE ``lines`` carry; a ``[DONE]`` payload ends the stream.
+    def _parts(self, state: StreamState, lines: list[bytes], into: list[ModelPart]) -> None:
+        """The parts the SSE ``lines`` carry, appended to ``into`` as they come (a
+        failure keeps what came before it) with each run of text or of reasoning
+        joined into one part; a ``[DONE]`` payload ends the stream.
 
         Each ``data:`` line is one payload. The SSE standard would join
         consecutive data lines, but Chat Completions servers never split a
@@ -316,13 +327,24 @@ class OpenAIChatModel:
             if payload.strip() == b"[DONE]":
                 state.done = True
                 return
-            yield from state.feed(self._decode(payload), self.public_endpoint)
+            for part in state.feed(self._decode(payload), self.public_endpoint):
+                kind = type(part)
+                if into and kind is type(into[-1]) and kind in _JOINED:
+                    into[-1] = kind(into[-1].text + part.text)  # type: ignore[union-attr, call-arg]
+                else:
+                    into.append(part)
 
     def _decode(self, payload: bytes) -> dict[str, Any]:
+        # Decoded here, not by json.loads: it would first guess the encoding,
+        # once per token. SSE is UTF-8; a stray byte reads as U+FFFD, as in text.
+        text = payload.decode("utf-8", "replace")
         try:
-            # Decoded here, not by json.loads: it would first guess the encoding,
-            # once per token. SSE is UTF-8; a stray byte reads as U+FFFD, as in text.
-            chunk = _JSON.decode(payload.decode("utf-8", "replace"))
+            try:  # a payload that is nothing but the object: no whitespace scans around it
+                chunk, end = _JSON.raw_decode(text)
+            except json.JSONDecodeError:
+                end = -1
+            if end != len(text):  # whitespace around it, or an error to name
+                chunk = _JSON.decode(text)
             problem = "" if isinstance(chunk, dict) else "expected a JSON object"
         except json.JSONDecodeError as exc:
             problem = f"not JSON: {exc.msg}"

@@ -73,6 +73,26 @@ class RunHandle:
                 self._finished = True
             yield event
 
+    async def batches(self) -> AsyncIterator[list[Event]]:
+        """The same events, each time all that are due at once, in order.
+
+        A consumer that wakes after a burst of tokens takes them in one go, so
+        its per-token work can be done once per wake-up (`webapp.web.live`).
+        """
+        due = self._due
+        while not self._finished:
+            while not due:
+                self._arrived = asyncio.get_running_loop().create_future()
+                await self._arrived
+            batch = list(due)
+            due.clear()
+            for i, event in enumerate(batch):
+                if isinstance(event, TERMINAL_EVENTS):  # always the last one emitted
+                    self._finished = True
+                    del batch[i + 1 :]
+                    break
+            yield batch
+
     def cancel(self) -> None:
         """Stop the run: interrupts the model stream or the running tool at once."""
         if not self._cancel_requested and not self._task.done():

@@ -54,6 +54,7 @@ from webapp.events import (
     ToolCallFinished,
     ToolCallStarted,
     TurnEnded,
+    joined_deltas,
 )
 from webapp.models.endpoints import model_name
 from webapp.runtime.agent import Agent
@@ -294,12 +295,13 @@ class RunManager:
         if handle is None:
             raise RuntimeError(f"run {state.run_id} was launched without a handle")
         try:
-            async for event in handle:
-                if isinstance(event, TERMINAL_EVENTS):
-                    if not state.terminal.done():
-                        state.terminal.set_result(event)
-                    break
-                self._apply(state, event)
+            async for batch in handle.batches():
+                for event in joined_deltas(batch):
+                    if isinstance(event, TERMINAL_EVENTS):
+                        if not state.terminal.done():
+                            state.terminal.set_result(event)
+                        break
+                    self._apply(state, event)
             async with self.lock(state.chat_id):
                 await self._finalize(state)
         except Exception:  # a bug here must not vanish into an unobserved task
