@@ -57,9 +57,10 @@ from webapp.models.chat_stream import (
     SSELines,
     StreamState,
     error_text,
+    merged,
     parts_from_completion,
 )
-from webapp.runtime.model import ModelPart, ModelRequest, ReasoningPart, TextPart
+from webapp.runtime.model import ModelPart, ModelRequest
 
 _JSON = json.JSONDecoder()
 logger = logging.getLogger("webapp.models.openai_chat")
@@ -68,7 +69,6 @@ _MAX_ERROR_BODY = 64 * 1024
 _DRAIN_SECONDS = 1.0
 _SSE_FIELDS = frozenset({b"data", b"event", b"id", b"retry"})
 _LINES_PER_PART = 128  # about 64 chunks: a third of a millisecond to parse
-_JOINED = (TextPart, ReasoningPart)  # consecutive parts of these kinds go on as one
 
 
 class OpenAIChatModel:
@@ -327,12 +327,7 @@ class OpenAIChatModel:
             if payload.strip() == b"[DONE]":
                 state.done = True
                 return
-            for part in state.feed(self._decode(payload), self.public_endpoint):
-                kind = type(part)
-                if into and kind is type(into[-1]) and kind in _JOINED:
-                    into[-1] = kind(into[-1].text + part.text)  # type: ignore[union-attr, call-arg]
-                else:
-                    into.append(part)
+            merged(state.feed(self._decode(payload), self.public_endpoint), into)
 
     def _decode(self, payload: bytes) -> dict[str, Any]:
         # Decoded here, not by json.loads: it would first guess the encoding,
