@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from playwright.sync_api import Page, expect
 
-from .harness import CUT_SHORT_CUE, AppServer, EndpointApp, FakeEndpoint, free_port
+from .harness import CUT_SHORT_CUE, AppServer, EndpointApp
 from .test_accounts import PASSWORD, _add_user
 from .ui import (
     button,
@@ -52,28 +51,10 @@ def _shown(page: Page, index: int = -1) -> list[str]:
     return [str(items.nth(i).get_attribute("data-name")) for i in range(items.count())]
 
 
-@pytest.fixture
-def endpoint_app(tmp_path: Path) -> Iterator[EndpointApp]:
-    endpoint = FakeEndpoint(mode="numbered")
-    endpoint.start()
-    server = AppServer(
-        port=free_port(),
-        db=tmp_path / "chat.db",
-        log_path=tmp_path / "server.log",
-        extra_args=["--base-url", endpoint.base_url, "--model", "test"],
-    )
-    try:
-        server.start()
-        yield EndpointApp(server, endpoint)
-    finally:
-        server.stop()
-        endpoint.stop()
-
-
 def test_attach_see_download_send_regenerate_edit_and_continue(
-    endpoint_app: EndpointApp, open_page: Callable[..., Page]
+    numbered_app: EndpointApp, open_page: Callable[..., Page]
 ) -> None:
-    server, endpoint = endpoint_app.server, endpoint_app.endpoint
+    server, endpoint = numbered_app.server, numbered_app.endpoint
     page = open_page(server)
     open_new_chat(page)
     message_box(page).fill("What do you make of these?")
