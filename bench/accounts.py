@@ -99,7 +99,7 @@ def _cpu_per_request(samples: list[float], count: int) -> float:
     return statistics.median(samples) / count * 1000
 
 
-async def _rounds(
+async def timed_rounds(
     request: Callable[[], Awaitable[httpx.Response]], count: int, rounds: int
 ) -> tuple[float, float]:
     """(CPU ms, wall ms) per request, medians of ``rounds`` rounds of ``count``."""
@@ -125,14 +125,14 @@ async def measure(db: Path, chat_id: str, rounds: int) -> dict[str, tuple[float,
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://bench") as http:
                 if mode == "password":
-                    results["sign-in (Argon2id, then a new session)"] = await _rounds(
+                    results["sign-in (Argon2id, then a new session)"] = await timed_rounds(
                         lambda: _sign_in(http), 5, rounds
                     )
                     await _sign_in(http)
-                results[f"small fragment, --auth {mode}"] = await _rounds(
+                results[f"small fragment, --auth {mode}"] = await timed_rounds(
                     lambda: http.get("/search", params={"q": ""}, headers=HX), 200, rounds
                 )
-                results[f"chat page, --auth {mode}"] = await _rounds(
+                results[f"chat page, --auth {mode}"] = await timed_rounds(
                     lambda: http.get(f"/chats/{chat_id}", headers=HTML), 20, rounds
                 )
     return results

@@ -33,7 +33,6 @@ import json
 import os
 import random
 import resource
-import socket
 import statistics
 import sys
 import tempfile
@@ -53,15 +52,16 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from loop_stall import Heartbeat  # bench/loop_stall.py: the loop's worst stall
 from pypdf import PdfReader, PdfWriter
 from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
+from stream import free_port  # bench/stream.py
 
 from webapp.chats.file_context import FileContext
 from webapp.chats.intake import AttachmentLimits
 from webapp.chats.users import EVERY_CHAT
 from webapp.web import create_app
 
-BEAT = 0.001
 COMMON = [
     "the",
     "of",
@@ -145,24 +145,6 @@ def pypdf_cpu(data: bytes) -> float:
     for page in reader.pages:
         page.extract_text()
     return time.process_time() - start
-
-
-class Heartbeat:
-    def __init__(self) -> None:
-        self.worst = 0.0
-
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            before = loop.time()
-            await asyncio.sleep(BEAT)
-            self.worst = max(self.worst, loop.time() - before - BEAT)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextlib.asynccontextmanager

@@ -16,11 +16,9 @@ import asyncio
 import json
 import re
 import sqlite3
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -28,6 +26,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from accounts import timed_rounds  # bench/accounts.py: CPU and wall ms per request
 
 from webapp.chats.store import ChatStore
 from webapp.chats.users import EVERY_CHAT
@@ -80,31 +80,13 @@ async def _schema(db: Path) -> None:
         await store.recent(EVERY_CHAT, 1)
 
 
-async def _rounds(
-    request: Callable[[], Awaitable[httpx.Response]], count: int, rounds: int
-) -> tuple[float, float]:
-    """(CPU ms, wall ms) per request, medians of ``rounds`` rounds of ``count``."""
-    for _ in range(min(count, 5)):  # warm: templates compiled, pages in the cache
-        await request()
-    cpu, wall = [], []
-    for _ in range(rounds):
-        started, ticked = time.perf_counter(), time.process_time()
-        for _ in range(count):
-            response = await request()
-            if response.status_code not in (200, 303):
-                raise RuntimeError(f"{response.status_code}: {response.text[:200]}")
-        cpu.append((time.process_time() - ticked) / count * 1000)
-        wall.append((time.perf_counter() - started) / count * 1000)
-    return statistics.median(cpu), statistics.median(wall)
-
-
 async def measure(db: Path, chat_id: str, rounds: int) -> dict[str, tuple[float, float]]:
     app = create_app(db, model=ScriptedModel([]))
     results: dict[str, tuple[float, float]] = {}
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench") as http:
-            results["Create link / Update link"] = await _rounds(
+            results["Create link / Update link"] = await timed_rounds(
                 lambda: http.post(f"/chats/{chat_id}/share"), 3, rounds
             )
             page = (await http.get(f"/chats/{chat_id}/share", headers=HTML)).text
@@ -112,10 +94,10 @@ async def measure(db: Path, chat_id: str, rounds: int) -> dict[str, tuple[float,
             if found is None:
                 raise RuntimeError("the share page shows no link")
             shared = found.group()
-            results["owner's chat page"] = await _rounds(
+            results["owner's chat page"] = await timed_rounds(
                 lambda: http.get(f"/chats/{chat_id}", headers=HTML), 20, rounds
             )
-            results["shared page"] = await _rounds(
+            results["shared page"] = await timed_rounds(
                 lambda: http.get(shared, headers=HTML), 20, rounds
             )
             owner = await http.get(f"/chats/{chat_id}", headers=HTML)
