@@ -50,7 +50,7 @@ async def test_text_is_saved_within_the_interval_and_not_at_once():
     store = CountingStore()
     saver = TurnSaver(store, "run", 0)
     saver.add_text("first")
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(streaming.FIRST_WAIT / 2)
     assert store.pieces == []  # the first token does not wait behind a write
     await asyncio.sleep(streaming.SAVE_INTERVAL + 0.3)
     assert [p.text for p in store.pieces] == ["first"]
@@ -58,6 +58,50 @@ async def test_text_is_saved_within_the_interval_and_not_at_once():
     await asyncio.sleep(streaming.SAVE_INTERVAL + 0.3)
     assert [p.text for p in store.pieces] == ["first", " second"]
     await saver.close(flush=False)
+
+
+class GroupingStore(InMemoryCheckpointer):
+    """Groups the saves that reach it in one turn of the event loop, as a store's
+    queue would take them into one transaction."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.groups: list[list[str]] = []
+        self._open: list[str] | None = None
+
+    async def save_streamed(self, run_id, piece):
+        if self._open is None:
+            self._open = []
+            self.groups.append(self._open)
+            asyncio.get_running_loop().call_soon(self._close)
+        self._open.append(run_id)
+        await super().save_streamed(run_id, piece)
+
+    def _close(self) -> None:
+        self._open = None
+
+
+async def test_replies_streaming_at_once_save_together_on_the_clocks_ticks():
+    store = GroupingStore()
+    savers = []
+    for i in range(3):  # replies that began apart, as in a busy server
+        savers.append(TurnSaver(store, f"run{i}", 0))
+        savers[-1].add_text("first ")
+        await asyncio.sleep(0.037)
+    loop = asyncio.get_running_loop()
+    until = loop.time() + 4 * streaming.SAVE_INTERVAL
+    while loop.time() < until:  # tokens keep coming for every reply
+        for saver in savers:
+            saver.add_text("w ")
+        await asyncio.sleep(0.01)
+    for saver in savers:
+        await saver.close(flush=False)
+    saves = sum(len(group) for group in store.groups)
+    assert saves >= 9  # each reply saved on at least three ticks
+    # One write per tick for all three (the first tick may come before the last began),
+    # not three writes apart: a store commits each group at once.
+    assert all(sorted(g) == ["run0", "run1", "run2"] for g in store.groups[1:])
+    assert len(store.groups) <= saves // 3 + 1
 
 
 async def test_closing_without_flush_drops_what_the_turns_own_save_holds():

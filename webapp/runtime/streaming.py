@@ -9,7 +9,11 @@ back to nothing and then saying something else, so the run does better
   beside the checkpoint (`webapp.stores.streamed`), a piece at most
   `SAVE_INTERVAL` seconds after the text it holds arrived. The pieces are
   batched (one write per interval, whatever the token rate) and each holds
-  only what is new, so a save costs what it adds;
+  only what is new, so a save costs what it adds. Every run's writes start on
+  the ticks of one clock (multiples of `SAVE_INTERVAL` of the loop's time), so
+  the saves of many replies streaming at once reach the store together and
+  share its transaction (group commit): 50 replies at a model's pace cost five
+  commits a second, not 250;
 - **on resume**, a turn that had streamed text (`resumable_turn`) is not
   redone: the saved text stays the reply's beginning and the model is asked
   to continue it, exactly as Continue does (`ModelRequest.continue_final`,
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from typing import Protocol
 
 from webapp.runtime.options import CheckpointOptions
@@ -36,8 +41,10 @@ from webapp.transcript import AssistantEntry, Entry, ReasoningEntry
 
 logger = logging.getLogger("webapp.runtime.streaming")
 
-# Below the 250 ms SPEC §6 allows, leaving room for the write itself.
+# Writes start on multiples of this (the loop's clock), the same for every run. Text
+# waits at most this plus FIRST_WAIT for its write: below the 250 ms SPEC §6 allows.
 SAVE_INTERVAL = 0.2
+FIRST_WAIT = 0.03  # a turn's first text is not written sooner than this after it came
 
 
 class Saves(Protocol):
@@ -74,10 +81,11 @@ NO_SAVES: Saves = _NoSaves()
 class TurnSaver:
     """Saves one turn's streamed text, one piece per `SAVE_INTERVAL` at most.
 
-    The first text is written `SAVE_INTERVAL` after it arrived (not at once: a
-    reply's first token and its readers' requests do not queue behind a write,
-    and a reply shorter than that is never written piecemeal); later text waits
-    for the interval since the previous write began, or for that write to end.
+    A write starts on a tick of the shared clock. The turn's first text waits for
+    the first tick at least `FIRST_WAIT` away (not at once: a reply's first token
+    and its readers' requests do not queue behind a write, and a reply shorter
+    than that is never written piecemeal); later text for the next tick after the
+    previous write's (and for that write to end).
     The turn's first piece also clears the run's earlier pieces. A failed write
     fails the run at its next token (like a failed checkpoint save), never
     silently.
@@ -97,7 +105,7 @@ class TurnSaver:
         self._closed = False
         self._timer: asyncio.TimerHandle | None = None
         self._writing: asyncio.Task[None] | None = None
-        self._last_write = float("-inf")
+        self._last_tick: int | None = None  # the tick the previous write started on
         self._error: Exception | None = None
 
     def add_text(self, text: str) -> None:
@@ -146,10 +154,13 @@ class TurnSaver:
         if self._closed or self._timer is not None or self._writing is not None:
             return  # the timer, or the end of the write under way, takes it
         loop = asyncio.get_running_loop()
-        since = self._last_write if self._last_write > float("-inf") else loop.time()
-        delay = max(0.0, since + SAVE_INTERVAL - loop.time())
+        now = loop.time()
+        wait = FIRST_WAIT if self._last_tick is None else 0.0
+        tick = math.ceil((now + wait) / SAVE_INTERVAL)
+        if self._last_tick is not None:
+            tick = max(tick, self._last_tick + 1)
         # The timer runs in this context: the write's task keeps the run's fence.
-        self._timer = loop.call_later(delay, self._start_write)
+        self._timer = loop.call_at(tick * SAVE_INTERVAL, self._start_write, tick)
 
     def _take(self) -> StreamedPiece:
         piece = StreamedPiece(
@@ -161,10 +172,11 @@ class TurnSaver:
         self._reasoning.clear()
         return piece
 
-    def _start_write(self) -> None:
+    def _start_write(self, tick: int) -> None:
         self._timer = None
         if not self._pending():
             return
+        self._last_tick = tick
         piece = self._take()
         self._writing = asyncio.get_running_loop().create_task(self._write_then_next(piece))
 
@@ -177,7 +189,6 @@ class TurnSaver:
             self._schedule()
 
     async def _write(self, piece: StreamedPiece) -> None:
-        self._last_write = asyncio.get_running_loop().time()
         try:
             await self.store.save_streamed(self.run_id, piece)
         except Exception as exc:  # noqa: BLE001 -- raised in the run at its next token

@@ -50,6 +50,9 @@ CREATE TABLE IF NOT EXISTS checkpoint_entries (
 )
 
 
+_HAS_HEAD = "SELECT 1 FROM checkpoint_heads WHERE run_id = ?"
+
+
 class SQLiteCheckpointer(SQLiteBacked):
     """A durable Checkpointer in a SQLite file; see `webapp.stores.checkpoint`."""
 
@@ -85,6 +88,11 @@ class SQLiteCheckpointer(SQLiteBacked):
         await self._store.write(save)
 
     async def load(self, run_id: str) -> RunSnapshot | None:
+        # Most loads are a new run's check that it has none: one statement says so with
+        # no transaction around it; a run that has one is read whole in one.
+        if not await self._store.fetchall(_HAS_HEAD, (run_id,)):
+            return None
+
         async def query(db: aiosqlite.Connection) -> tuple[Any, list[Any]] | None:
             heads = list(
                 await db.execute_fetchall(
@@ -113,8 +121,14 @@ class SQLiteCheckpointer(SQLiteBacked):
     # --- the streamed text of the turn in flight (webapp.stores.streamed) ---------------
 
     async def save_streamed(self, run_id: str, piece: StreamedPiece) -> None:
-        """Add ``piece`` (index 0 first deletes every earlier piece of the run)."""
-        await self._store.write(lambda db: streamed.save(SQLiteTx(db), run_id, piece))
+        """Add ``piece`` (index 0 first deletes every earlier piece of the run).
+
+        One-statement jobs: the pieces of the runs saving on the same tick
+        (`webapp.runtime.streaming`) commit together as one ``executemany``.
+        Should the delete commit and the insert not, the turn has no pieces and
+        is redone, as if it had not been saved yet."""
+        for sql, params in streamed.statements(run_id, piece):
+            await self._store.execute(sql, params)
 
     async def load_streamed(self, run_id: str, turn: int) -> StreamedTurn | None:
         return await self._store.read(lambda db: streamed.load(SQLiteTx(db), run_id, turn))

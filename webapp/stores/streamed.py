@@ -61,11 +61,18 @@ async def clear(tx: Tx, run_id: str) -> None:
     await tx.execute(CLEAR_SQL, (run_id,))
 
 
+def statements(run_id: str, piece: StreamedPiece) -> list[tuple[str, tuple[object, ...]]]:
+    """What adding ``piece`` runs, in order: a turn's first piece first deletes every
+    earlier piece of the run. One statement each, so a store can send many runs'
+    pieces as one ``executemany`` (`webapp.stores.sqlite_checkpoint`)."""
+    insert = (INSERT_SQL, piece.row(run_id))
+    return [(CLEAR_SQL, (run_id,)), insert] if piece.index == 0 else [insert]
+
+
 async def save(tx: Tx, run_id: str, piece: StreamedPiece) -> None:
-    """Add ``piece``; a turn's first piece first deletes every earlier piece of the run."""
-    if piece.index == 0:
-        await clear(tx, run_id)
-    await tx.execute(INSERT_SQL, piece.row(run_id))
+    """Add ``piece`` in ``tx`` (`statements`)."""
+    for sql, params in statements(run_id, piece):
+        await tx.execute(sql, params)
 
 
 async def load(tx: Tx, run_id: str, turn: int) -> StreamedTurn | None:
