@@ -239,14 +239,11 @@ class ApiRuns:
     async def tools_of(self, chat_id: str) -> str | None:
         """The caller's tools (JSON) of the API run in ``chat_id``; None: no API run's chat."""
 
-        async def select(tx: Tx) -> str | None:
-            rows = await tx.fetch(
-                "SELECT tools FROM api_runs WHERE chat_id = ? ORDER BY created_at LIMIT 1",
-                (chat_id,),
-            )
-            return None if not rows else str(rows[0][0] or "[]")
-
-        return await self._db.read(select)
+        rows = await self._db.fetch(
+            "SELECT tools FROM api_runs WHERE chat_id = ? ORDER BY created_at LIMIT 1",
+            (chat_id,),
+        )
+        return None if not rows else str(rows[0][0] or "[]")
 
     async def answer(self, run_id: str) -> str | None:
         """The stored answer (JSON) of an ended run, if a reader saw it end."""

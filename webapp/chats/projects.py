@@ -179,12 +179,9 @@ class Projects:
     async def project_of(self, chat_id: str) -> Project | None:
         """The project ``chat_id`` is in, if any (the chat's owner's, as `move` ensures)."""
 
-        async def select(tx: Tx) -> Project | None:
-            rows = await tx.fetch(
-                "SELECT p.id, p.name, p.instructions, p.created_at FROM chats c "
-                "JOIN projects p ON p.id = c.project_id WHERE c.id = ?",
-                (chat_id,),
-            )
-            return _project(rows[0]) if rows else None
-
-        return await self._db.read(select)
+        rows = await self._db.fetch(
+            "SELECT p.id, p.name, p.instructions, p.created_at FROM chats c "
+            "JOIN projects p ON p.id = c.project_id WHERE c.id = ?",
+            (chat_id,),
+        )
+        return _project(rows[0]) if rows else None

@@ -71,25 +71,22 @@ class SettingsStore:
     async def get(self, chat_id: str) -> ChatSettings | None:
         """The chat's settings (None: no such chat), with its active run's model."""
 
-        async def select(tx: Tx) -> ChatSettings | None:
-            rows = await tx.fetch(
-                "SELECT c.model, c.instructions, c.temperature, c.max_tokens, r.model "
-                "FROM chats c LEFT JOIN chat_runs r ON r.run_id = c.active_run_id "
-                "WHERE c.id = ?",
-                (chat_id,),
-            )
-            if not rows:
-                return None
-            model, instructions, temperature, max_tokens, run_model = rows[0]
-            return ChatSettings(
-                model,
-                instructions or "",
-                float(temperature) if temperature is not None else None,
-                int(max_tokens) if max_tokens is not None else None,
-                run_model,
-            )
-
-        return await self._db.read(select)
+        rows = await self._db.fetch(
+            "SELECT c.model, c.instructions, c.temperature, c.max_tokens, r.model "
+            "FROM chats c LEFT JOIN chat_runs r ON r.run_id = c.active_run_id "
+            "WHERE c.id = ?",
+            (chat_id,),
+        )
+        if not rows:
+            return None
+        model, instructions, temperature, max_tokens, run_model = rows[0]
+        return ChatSettings(
+            model,
+            instructions or "",
+            float(temperature) if temperature is not None else None,
+            int(max_tokens) if max_tokens is not None else None,
+            run_model,
+        )
 
     async def set_model(self, chat_id: str, model: str) -> bool:
         """The chat's model from its next run on; False when there is no such chat."""

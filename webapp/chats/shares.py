@@ -106,16 +106,13 @@ class Shares:
     async def link(self, owner: Owner, chat_id: str) -> ShareLink | None:
         """``chat_id``'s link, if it has one and is ``owner``'s."""
 
-        async def select(tx: Tx) -> ShareLink | None:
-            if not await owns(tx, owner, chat_id):
-                return None
-            rows = await tx.fetch(
-                "SELECT token, chat_id, created_at, updated_at FROM shares WHERE chat_id = ?",
-                (chat_id,),
-            )
-            return _link(rows[0]) if rows else None
-
-        return await self._db.read(select)
+        where, params = owner.condition("c.user_id")
+        rows = await self._db.fetch(
+            "SELECT s.token, s.chat_id, s.created_at, s.updated_at FROM shares s "
+            f"JOIN chats c ON c.id = s.chat_id WHERE s.chat_id = ?{where}",
+            (chat_id, *params),
+        )
+        return _link(rows[0]) if rows else None
 
     async def shared_chat_ids(self, owner: Owner) -> set[str]:
         """Which of ``owner``'s chats have a link (the chat list marks them)."""

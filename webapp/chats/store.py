@@ -420,7 +420,9 @@ class ChatStore(ChatLibrary):
     async def tree_around(self, chat_id: str, run_ids: list[str]) -> Tree:
         """The runs ``run_ids`` and those beside them: enough for their switchers (for a
         run the server just recorded)."""
-        return await self._store.read(lambda tx: chat_tree.load_around(tx, chat_id, run_ids))
+        if not run_ids:
+            return Tree([])
+        return chat_tree.tree_of(await self._store.fetch(*chat_tree.around(chat_id, run_ids)))
 
     async def tree(self, owner: Owner, chat_id: str) -> Tree:
         async def read(tx: Tx) -> Tree:

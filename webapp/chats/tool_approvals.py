@@ -143,11 +143,8 @@ class ToolApprovals:
     async def grants(self, chat_id: str) -> set[str]:
         """The tools the chat always allows."""
 
-        async def select(tx: Tx) -> set[str]:
-            rows = await tx.fetch("SELECT tool FROM tool_grants WHERE chat_id = ?", (chat_id,))
-            return {str(r[0]) for r in rows}
-
-        return await self._db.read(select)
+        rows = await self._db.fetch("SELECT tool FROM tool_grants WHERE chat_id = ?", (chat_id,))
+        return {str(r[0]) for r in rows}
 
     async def paused(self) -> set[str]:
         """The run ids of every run waiting for a decision."""

@@ -182,36 +182,36 @@ def continued(entries: list[Entry], produced: list[Entry]) -> list[Entry]:
 
 async def load_tree(tx: Tx, chat_id: str) -> Tree:
     rows = await tx.fetch(f"SELECT {_NODE_COLUMNS} FROM chat_runs WHERE chat_id = ?", (chat_id,))
-    return Tree(_node(r) for r in rows)
+    return tree_of(rows)
 
 
 async def load_around(tx: Tx, chat_id: str, run_ids: list[str]) -> Tree:
-    """The part of the tree a page of ``run_ids`` needs for its switchers: those runs
-    and every run beside them (same parent). Cost follows the page, not the chat."""
-    if not run_ids:
-        return Tree([])
+    """The part of the tree a page of ``run_ids`` needs for its switchers (`around`)."""
+    return tree_of(await tx.fetch(*around(chat_id, run_ids))) if run_ids else Tree([])
+
+
+def tree_of(rows: Iterable[Sequence[Any]]) -> Tree:
+    """The tree of rows read with `around`."""
+    return Tree(_node(r) for r in rows)
+
+
+def around(chat_id: str, run_ids: list[str]) -> tuple[str, tuple[str, ...]]:
+    """One statement for the runs ``run_ids`` and every run beside them (same parent, or
+    both the chat's first): each branch an indexed lookup, so its cost follows the page,
+    not the chat, and being one statement it needs no transaction around it."""
     marks = ",".join("?" * len(run_ids))
     columns = _NODE_COLUMNS
-    shown = list(
-        await tx.fetch(
-            f"SELECT {columns} FROM chat_runs WHERE chat_id = ? AND run_id IN ({marks})",
-            (chat_id, *run_ids),
-        )
+    sql = (
+        "WITH shown AS (SELECT run_id, parent_run_id FROM chat_runs "
+        f"WHERE chat_id = ? AND run_id IN ({marks})) "
+        f"SELECT {columns} FROM chat_runs WHERE chat_id = ? "
+        "AND run_id IN (SELECT run_id FROM shown) "
+        f"UNION SELECT {columns} FROM chat_runs WHERE chat_id = ? "
+        "AND parent_run_id IN (SELECT parent_run_id FROM shown) "
+        f"UNION SELECT {columns} FROM chat_runs WHERE chat_id = ? AND parent_run_id IS NULL "
+        "AND EXISTS (SELECT 1 FROM shown WHERE parent_run_id IS NULL)"
     )
-    parents = sorted({r[1] for r in shown if r[1] is not None})
-    rows = list(shown)
-    if parents:
-        marks = ",".join("?" * len(parents))
-        rows += await tx.fetch(
-            f"SELECT {columns} FROM chat_runs WHERE chat_id = ? AND parent_run_id IN ({marks})",
-            (chat_id, *parents),
-        )
-    if any(r[1] is None for r in shown):
-        rows += await tx.fetch(
-            f"SELECT {columns} FROM chat_runs WHERE chat_id = ? AND parent_run_id IS NULL",
-            (chat_id,),
-        )
-    return Tree(_node(r) for r in rows)
+    return sql, (chat_id, *run_ids, chat_id, chat_id, chat_id)
 
 
 async def numbers(tx: Tx, chat_id: str) -> tuple[int, int]:

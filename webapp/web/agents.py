@@ -13,6 +13,7 @@ so (`webapp.models.long_results`); the user sees the whole result.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
@@ -56,9 +57,13 @@ class ChatAgents:
 
     async def chat_agent(self, chat_id: str) -> Agent:
         """The agent for a run of ``chat_id``, as of now."""
-        granted = await self.store.approvals.grants(chat_id)
+        # One statement each, asked at once: the store answers them back to back.
+        granted, brought, project = await asyncio.gather(
+            self.store.approvals.grants(chat_id),
+            self.store.api_runs.tools_of(chat_id),
+            self.store.projects.project_of(chat_id),
+        )
         offered = [*self.base.tools, *(self.servers.tools() if self.servers else [])]
-        brought = await self.store.api_runs.tools_of(chat_id)
         if brought is not None:  # a program's chat: its own tools only (SPEC §16)
             offered = caller_tools(brought)
         tools = [
@@ -68,7 +73,6 @@ class ChatAgents:
         agent = replace(self.base, tools=tools)
         if self.models is not None:
             agent = await self.models.apply(agent, chat_id)
-        project = await self.store.projects.project_of(chat_id)
         agent = _in_project(agent, project)
         model: Model | None = CutLongResults(agent.model) if agent.model is not None else None
         if model is not None and self.files is not None:
