@@ -21,6 +21,7 @@ from webapp import (
     tool,
 )
 from webapp.events import (
+    TERMINAL_EVENTS,
     HandoffOccurred,
     RunCompleted,
     RunFailed,
@@ -422,3 +423,38 @@ async def test_a_turns_opening_hands_the_loop_back_more_often(
     later = [n for at, n in batches[:-1] if at > 0.03]  # the last batch is the rest
     assert opening and max(opening) <= 6, opening  # 1 ms of 0.2 ms parts, and one more
     assert later and 20 <= min(later) and max(later) <= 26, later
+
+
+async def test_events_to_hands_each_event_over_in_the_runs_own_task():
+    model = ScriptedModel(["one two three"], chunk_delay=0.001)
+    handle = Runner.stream(Agent("a", model=model), "count")
+    run_task = None
+    got: list[tuple[object, bool]] = []
+
+    def sink(event):
+        nonlocal run_task
+        run_task = run_task or asyncio.current_task()
+        got.append((event, asyncio.current_task() is run_task))
+
+    terminal = await handle.events_to(sink)
+    assert isinstance(terminal, RunCompleted) and terminal.result.output == "one two three"
+    assert run_task is not asyncio.current_task()  # not the caller's: nobody woke per token
+    assert all(same for _, same in got[1:])
+    texts = [e.text for e, _ in got if isinstance(e, TextDelta)]
+    assert "".join(texts) == "one two three" and len(texts) > 1
+    assert not any(isinstance(e, TERMINAL_EVENTS) for e, _ in got)
+
+
+async def test_a_sink_that_raises_fails_the_run_with_its_error():
+    handle = Runner.stream(Agent("a", model=ScriptedModel(["hello"])), "hi")
+    seen = []
+
+    def sink(event):
+        seen.append(event)
+        if len(seen) == 2:  # RunStarted, then the first text
+            raise RuntimeError("the reader broke")
+
+    terminal = await handle.events_to(sink)
+    assert isinstance(terminal, RunFailed) and "the reader broke" in str(terminal.error)
+    with pytest.raises(RuntimeError, match="the reader broke"):
+        await handle.result()

@@ -85,6 +85,20 @@ def test_coalesce_merges_consecutive_text_only():
     assert coalesce(records, 7) == []
 
 
+async def test_a_burst_is_logged_as_a_few_records_not_one_per_token(
+    web_client_factory: MakeClient,
+):
+    # 60 words with nothing in between: the run hands over a delta per word, the log
+    # records what came in one turn of the event loop as one record.
+    client = await web_client_factory(model=ScriptedModel([NUMBERS]))
+    chat_id = await client.new_chat()
+    await client.send(chat_id, "count")
+    state = await finished_run(client, chat_id)
+    texts = [r for r in state.records if r.event == TEXT]
+    assert "".join(parse_html(r.data).text() for r in texts) == NUMBERS
+    assert 1 <= len(texts) <= 10, len(texts)  # paced() hands the loop back in between
+
+
 async def test_resume_from_last_event_id_has_no_gap_and_no_duplicate(
     web_client_factory: MakeClient,
 ):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from webapp.events import TERMINAL_EVENTS, Event, RunCancelled, RunFailed
+from webapp.events import TERMINAL_EVENTS, Event, RunCancelled, RunFailed, TerminalEvent
 
 if TYPE_CHECKING:
     from webapp.runtime.result import RunResult
@@ -34,6 +34,7 @@ class RunHandle:
         self.run_id = run.run_id
         self._due: deque[Event] = deque()  # not an asyncio.Queue: cheaper, once per token
         self._arrived: asyncio.Future[None] | None = None  # the one iterator waiting
+        self._sink: Callable[[Event], None] | None = None  # `events_to`'s
         self._finished = False
         self._cancel_requested = False
         self._run = run
@@ -44,6 +45,9 @@ class RunHandle:
     def _emit(self, event: Event) -> None:
         if isinstance(event, TERMINAL_EVENTS):
             self._run.terminal_sent = True
+        elif self._sink is not None:
+            self._sink(event)
+            return
         self._due.append(event)
         if self._arrived is not None and not self._arrived.done():
             self._arrived.set_result(None)
@@ -73,25 +77,24 @@ class RunHandle:
                 self._finished = True
             yield event
 
-    async def batches(self) -> AsyncIterator[list[Event]]:
-        """The same events, each time all that are due at once, in order.
+    async def events_to(self, sink: Callable[[Event], None]) -> TerminalEvent:
+        """Instead of iterating: hand each event to ``sink`` as the run emits it, and
+        return the terminal event (which ``sink`` does not get) once it comes.
 
-        A consumer that wakes after a burst of tokens takes them in one go, so
-        its per-token work can be done once per wake-up (`webapp.web.live`).
+        ``sink`` runs in the run's own task, between one model part and the next, so
+        no task is woken per token to take it (`webapp.web.live` records a run this
+        way). It must not block; an exception from it fails the run, which then ends
+        with `RunFailed`. Events emitted before the call go to ``sink`` first.
         """
         due = self._due
-        while not self._finished:
-            while not due:
-                self._arrived = asyncio.get_running_loop().create_future()
-                await self._arrived
-            batch = list(due)
-            due.clear()
-            for i, event in enumerate(batch):
-                if isinstance(event, TERMINAL_EVENTS):  # always the last one emitted
-                    self._finished = True
-                    del batch[i + 1 :]
-                    break
-            yield batch
+        while due and not isinstance(due[0], TERMINAL_EVENTS):
+            sink(due.popleft())
+        self._sink = sink
+        while not due:
+            self._arrived = asyncio.get_running_loop().create_future()
+            await self._arrived
+        self._finished, self._sink = True, None  # the sink may hold its reader: let go
+        return cast(TerminalEvent, due.popleft())  # only a terminal is queued with a sink
 
     def cancel(self) -> None:
         """Stop the run: interrupts the model stream or the running tool at once."""

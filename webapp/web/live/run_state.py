@@ -19,7 +19,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from webapp.events import TerminalEvent
+from webapp.events import Event, TerminalEvent
 from webapp.runtime.agent import Agent
 from webapp.runtime.run_handle import RunHandle
 from webapp.transcript import Attachment, Entry, UserEntry
@@ -104,6 +104,9 @@ class RunState:
     # The kinds (TEXT, REASONING) whose next delta starts a new model turn.
     new_turn: set[str] = field(default_factory=lambda: {TEXT, REASONING})
     input_attachments: tuple[Attachment, ...] = ()  # the files its message brought (§14)
+    # Deltas the run emitted since the log's last record, recorded together at the end
+    # of this turn of the event loop (`RunManager._take`).
+    unrecorded: list[Event] = field(default_factory=list, init=False, repr=False)
     _waiters: set[asyncio.Future[None]] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -37,24 +37,16 @@ import contextlib
 import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 from webapp.chats.store import EVERY_CHAT, Begun, Chat, ChatStore, NewRun
 from webapp.events import (
-    TERMINAL_EVENTS,
-    Event,
-    ReasoningDelta,
     RunCancelled,
     RunCompleted,
     RunFailed,
     RunPaused,
     TerminalEvent,
-    TextDelta,
-    ToolCallFinished,
-    ToolCallStarted,
-    TurnEnded,
-    joined_deltas,
 )
 from webapp.models.endpoints import model_name
 from webapp.runtime.agent import Agent
@@ -70,6 +62,7 @@ from webapp.web.live.followers import Followers, publish_start, reply_to_json
 from webapp.web.live.host import Renderer
 from webapp.web.live.pauses import Pauses
 from webapp.web.live.readers import Readers
+from webapp.web.live.recorder import Recorder
 from webapp.web.live.recovery import Recovery, seen_entries
 from webapp.web.live.reply import (
     ReplyStatus,
@@ -79,7 +72,7 @@ from webapp.web.live.reply import (
     split_run,
 )
 from webapp.web.live.run_end import NoObserver, RunObserver, retried
-from webapp.web.live.run_state import DONE, REASONING, TEXT, TOOL, Ending, RunState, run_input
+from webapp.web.live.run_state import DONE, TEXT, Ending, RunState, run_input
 
 logger = logging.getLogger("webapp.web.live.runs")
 
@@ -113,6 +106,7 @@ class RunManager:
         self.max_turns = max_turns
         self.cluster = cluster  # the other processes (PostgresCluster), or none (LocalCluster)
         self.followers = Followers(cluster)  # runs another process executes
+        self.recorder = Recorder(fragments, cluster)  # a run's events into its log
         self._attempts = itertools.count(1)
         self._runs: dict[str, RunState] = {}
         self._latest: dict[str, str] = {}  # chat_id -> run_id of its newest run
@@ -264,12 +258,6 @@ class RunManager:
     def next_epoch(self) -> str:
         return f"{self.cluster.owner}.{next(self._attempts)}"
 
-    def _record(self, state: RunState, event: str, data: str, delta: dict[str, Any]) -> None:
-        """Append a record to the run's log (and, for other processes, to the database):
-        ``data`` as the web draws it, ``delta`` the plain change it shows."""
-        state.append(event, data)
-        self.cluster.write(state.run_id, state.epoch, state.seq, event, data, delta)
-
     def launch(
         self, state: RunState, text: str | list[Entry], options: CheckpointOptions, session: Session
     ) -> None:
@@ -295,39 +283,17 @@ class RunManager:
         if handle is None:
             raise RuntimeError(f"run {state.run_id} was launched without a handle")
         try:
-            async for batch in handle.batches():
-                for event in joined_deltas(batch):
-                    if isinstance(event, TERMINAL_EVENTS):
-                        if not state.terminal.done():
-                            state.terminal.set_result(event)
-                        break
-                    self._apply(state, event)
+            # The run's own task hands each event over as it comes: no wake-up here per
+            # token (a bug in recording fails the run instead of stalling it).
+            event = await handle.events_to(lambda event: self.recorder.take(state, event))
+            self.recorder.flush(state)
+            if not state.terminal.done():
+                state.terminal.set_result(event)
             async with self.lock(state.chat_id):
                 await self._finalize(state)
         except Exception:  # a bug here must not vanish into an unobserved task
             logger.exception("run %s: the server task failed", state.run_id)
             raise
-
-    def _apply(self, state: RunState, event: Event) -> None:
-        reply = state.reply
-        turns = state.new_turn
-        if isinstance(event, TextDelta):
-            added = reply.add_text(event.text, new_turn=TEXT in turns)
-            turns.discard(TEXT)
-            self._record(state, TEXT, self.fragments.text(added), {"added": added})
-        elif isinstance(event, ReasoningDelta):
-            added = reply.add_reasoning(event.text, new_turn=REASONING in turns)
-            turns.discard(REASONING)
-            self._record(state, REASONING, self.fragments.text(added), {"added": added})
-        elif isinstance(event, ToolCallStarted):
-            shown = reply.find_tool(event.call.call_id) is not None  # a resumed call's card
-            card = reply.start_tool(event.call)
-            self._record(state, TOOL, self.fragments.tool_card(card, shown), {"tool": asdict(card)})
-        elif isinstance(event, ToolCallFinished):
-            card = reply.finish_tool(event.result)
-            self._record(state, TOOL, self.fragments.tool_card(card, True), {"tool": asdict(card)})
-        elif isinstance(event, TurnEnded):
-            turns.update((TEXT, REASONING))
 
     # --- the end of a run -------------------------------------------------------------
 
@@ -375,7 +341,7 @@ class RunManager:
         state.reply = reply
         state.phase.finish()
         html = self.fragments.final_reply(state.chat_id, reply)
-        self._record(state, DONE, html, {"reply": reply_to_json(reply)})
+        self.recorder.record(state, DONE, html, {"reply": reply_to_json(reply)})
         await self._release_lease(state)
         self.readers.finished(state)
         self.observer.run_ended(
