@@ -60,14 +60,17 @@ class WithAttachments:
     model: Model
     files: FileContents
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelPart]:
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelPart]:
         if any(isinstance(e, UserEntry) and e.attachments for e in request.entries):
-            entries: list[Entry] = []
-            for entry in request.entries:
-                if isinstance(entry, UserEntry) and entry.attachments:
-                    sent = await self.files.resolve(entry)
-                    entry = SentUserEntry(entry.text, entry.attachments, sent)
-                entries.append(entry)
-            request = replace(request, entries=entries)
-        async for part in self.model.stream(request):
+            return self._with_files(request)
+        return self.model.stream(request)  # no files: no layer for every part to cross
+
+    async def _with_files(self, request: ModelRequest) -> AsyncIterator[ModelPart]:
+        entries: list[Entry] = []
+        for entry in request.entries:
+            if isinstance(entry, UserEntry) and entry.attachments:
+                sent = await self.files.resolve(entry)
+                entry = SentUserEntry(entry.text, entry.attachments, sent)
+            entries.append(entry)
+        async for part in self.model.stream(replace(request, entries=entries)):
             yield part
