@@ -474,7 +474,16 @@ async def measure(bench: Bench, apps: list[App], names: list[str], repeat: int, 
 
 
 def start_spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    command = ["py-spy", "record", "--pid", str(pid), "--rate", "500", "--format", "raw"]
+    command = [
+        "py-spy",
+        "record",
+        "--pid",
+        str(pid),
+        "--rate",
+        "500",
+        "--format",
+        "raw",
+    ] + os.environ.get("SPY_ARGS", "").split()
     command += ["--nonblocking", "--output", str(out)]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
