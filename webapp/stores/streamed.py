@@ -12,9 +12,11 @@ Invariants, each named for the failure it prevents:
 - the pieces of a turn count only while the head says that turn is in flight
   (``head.turns == turn``): once the turn's entries are saved, its pieces are
   stale and never read, so the text is never shown twice;
-- a turn's first piece (``idx`` 0) deletes every earlier piece of the run in
-  the same transaction: a redone turn never reads the pieces of the attempt it
-  replaces, and finished turns leave nothing behind;
+- a turn's first piece (``idx`` 0) deletes every earlier piece of the run
+  before it is added (`statements`; in one transaction on PostgreSQL, just
+  before it on SQLite, where an insert that did not commit leaves the turn with
+  no pieces: it is redone): a redone turn never reads the pieces of the attempt
+  it replaces, and finished turns leave nothing behind;
 - a piece stored twice (a retry after a lost reply) is stored once
   (``ON CONFLICT DO NOTHING``);
 - a turn that started making tool calls is marked (``calls``): it is redone.

@@ -1,8 +1,9 @@
 """Runs owned by the server: one task per run, each with an ordered, numbered event log.
 
-A browser tab only *watches* a run. The run's task consumes the runner's
-events, updates the live reply and appends one record per event (seq, SSE
-event name, HTML fragment) to the run's log. Any number of clients read the
+A browser tab only *watches* a run. The run's events update the live reply
+and become records (seq, SSE event name, HTML fragment) of the run's log
+(`webapp.web.live.recorder`), handed over by the run's own task as it emits
+them. Any number of clients read the
 log by index from any position, so a refresh, a dropped connection or a
 second tab continues with no gap and no duplicate, and closing a tab never
 stops the run.
