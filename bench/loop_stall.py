@@ -295,35 +295,44 @@ async def serving(db: Path, **kwargs: object) -> AsyncIterator[tuple[str, Heartb
         await asyncio.wait_for(task, 30)
 
 
+Case = tuple[str, Callable[[], Callable[[], None]]]  # its name, its set-up (gives its action)
+
+
 async def measure(db: Path, newlines: int, long_chat: str) -> list[tuple[str, float, float]]:
-    results = []
     async with serving(db) as (base, heartbeat):
         with httpx.Client(base_url=base, timeout=900) as http:
-            cases: list[tuple[str, Callable[[], Callable[[], None]]]] = [
+            cases: list[Case] = [
                 (f"whitespace message ({newlines:,} CRLF)", lambda: case_whitespace(http, newlines)),
                 ("Markdown reply (100,000 chars)", lambda: case_markdown(http)),
                 ("10 MB import", lambda: case_import(http)),
                 (f"unknown run, {LONG_CHAT_RUNS:,}-run chat", lambda: case_unknown_run(http, long_chat)),
             ]  # fmt: skip
-            # Templates compile on their first use: not a stall any request pays twice.
-            await asyncio.to_thread(lambda: http.get(f"/chats/{new_chat(http)}"))
-            for name, prepare in cases:
-                action = await asyncio.to_thread(prepare)
-                await asyncio.sleep(0.2)  # the set-up's own work is over
-                print(f"{name} ...", end="", flush=True)
-                heartbeat.worst = 0.0
-                start = time.perf_counter()
-                await asyncio.to_thread(action)
-                took = time.perf_counter() - start
-                print(" done")
-                results.append((name, took, heartbeat.worst))
+            return await run_cases(http, heartbeat, cases)
+
+
+async def run_cases(
+    http: httpx.Client, heartbeat: Heartbeat, cases: list[Case]
+) -> list[tuple[str, float, float]]:
+    """Each case's action in a thread, timed, with the loop's worst stall meanwhile."""
+    # Templates compile on their first use: not a stall any request pays twice.
+    await asyncio.to_thread(lambda: http.get(f"/chats/{new_chat(http)}"))
+    results = []
+    for name, prepare in cases:
+        action = await asyncio.to_thread(prepare)
+        await asyncio.sleep(0.2)  # the set-up's own work is over
+        print(f"{name} ...", end="", flush=True)
+        heartbeat.worst = 0.0
+        start = time.perf_counter()
+        await asyncio.to_thread(action)
+        took = time.perf_counter() - start
+        print(" done")
+        results.append((name, took, heartbeat.worst))
     return results
 
 
 async def measure_hostile(
     db: Path, ids: int, trickle: float, mcp_chars: int
 ) -> tuple[list[tuple[str, float, float]], dict[str, int]]:
-    results = []
     sizes: dict[str, int] = {}
     endpoint = HostileEndpoint(ids)
     endpoint.trickle = 1.0  # start-up's own question: answered at once, nothing listed
@@ -340,24 +349,13 @@ async def measure_hostile(
         servers = app.state.web.agents.servers
         loop = asyncio.get_running_loop()
         with httpx.Client(base_url=base, timeout=900) as http:
-            cases: list[tuple[str, Callable[[], Callable[[], None]]]] = [
+            cases: list[Case] = [
                 (f"Refresh: {ids:,} model ids", lambda: case_refresh(http, endpoint, 0.0)),
                 ("home and chat pages offering them", lambda: case_pages(http, sizes)),
                 (f"Refresh: /models trickling {trickle:g} s", lambda: case_refresh(http, endpoint, trickle)),
                 (f"MCP result of {mcp_chars / 1e6:g} M chars", lambda: case_mcp(loop, servers, mcp_chars)),
             ]  # fmt: skip
-            await asyncio.to_thread(lambda: http.get(f"/chats/{new_chat(http)}"))
-            for name, prepare in cases:
-                action = await asyncio.to_thread(prepare)
-                await asyncio.sleep(0.2)
-                print(f"{name} ...", end="", flush=True)
-                heartbeat.worst = 0.0
-                start = time.perf_counter()
-                await asyncio.to_thread(action)
-                took = time.perf_counter() - start
-                print(" done")
-                results.append((name, took, heartbeat.worst))
-    return results, sizes
+            return await run_cases(http, heartbeat, cases), sizes
 
 
 async def create_schema(db: Path) -> None:

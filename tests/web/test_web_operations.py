@@ -4,11 +4,13 @@ and the access log."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -124,26 +126,11 @@ async def test_metrics_are_for_administrators_or_the_metrics_token(
 def test_log_lines_are_json_with_utc_times_and_the_access_log_has_one_per_request(
     tmp_path: Path,
 ):
-    port = free_port()
-    log = tmp_path / "stderr.log"
-    with log.open("w") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "webapp", "--port", str(port), "--db", str(tmp_path / "c.db")],
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            text=True,
-            env=cli_env(WEBAPP_LOG_FORMAT="json", WEBAPP_ACCESS_LOG="1"),
-            cwd=tmp_path,
-        )
-        base = f"http://127.0.0.1:{port}"
-        try:
-            wait_serving(base, proc, log)
-            created = httpx.post(base + "/chats", data={"text": "hello"})
-            assert created.status_code == 303
-            httpx.get(base + "/healthz?token=never-logged")
-            wait_logged(log, "completed")
-        finally:
-            stop_process(proc)
+    with logging_server(tmp_path, WEBAPP_LOG_FORMAT="json", WEBAPP_ACCESS_LOG="1") as (base, log):
+        created = httpx.post(base + "/chats", data={"text": "hello"})
+        assert created.status_code == 303
+        httpx.get(base + "/healthz?token=never-logged")
+        wait_logged(log, "completed")
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     assert lines, "no log line"
     for line in lines:
@@ -156,14 +143,9 @@ def test_log_lines_are_json_with_utc_times_and_the_access_log_has_one_per_reques
     assert runs and "completed" in runs[-1]["message"]
 
 
-def wait_logged(log: Path, text: str) -> None:
-    deadline = time.monotonic() + 20
-    while text not in log.read_text():
-        assert time.monotonic() < deadline, f"{text!r} was never logged"
-        time.sleep(0.05)
-
-
-def test_text_log_lines_start_with_a_utc_timestamp(tmp_path: Path):
+@contextlib.contextmanager
+def logging_server(tmp_path: Path, **settings: str) -> Iterator[tuple[str, Path]]:
+    """A real server whose stderr goes to a file: (its base URL, that file)."""
     port = free_port()
     log = tmp_path / "stderr.log"
     with log.open("w") as stderr:
@@ -172,16 +154,28 @@ def test_text_log_lines_start_with_a_utc_timestamp(tmp_path: Path):
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             text=True,
-            env=cli_env(),
+            env=cli_env(**settings),
             cwd=tmp_path,
         )
         base = f"http://127.0.0.1:{port}"
         try:
             wait_serving(base, proc, log)
-            httpx.post(base + "/chats", data={"text": "hello"})
-            wait_logged(log, "completed")
+            yield base, log
         finally:
             stop_process(proc)
+
+
+def wait_logged(log: Path, text: str) -> None:
+    deadline = time.monotonic() + 20
+    while text not in log.read_text():
+        assert time.monotonic() < deadline, f"{text!r} was never logged"
+        time.sleep(0.05)
+
+
+def test_text_log_lines_start_with_a_utc_timestamp(tmp_path: Path):
+    with logging_server(tmp_path) as (base, log):
+        httpx.post(base + "/chats", data={"text": "hello"})
+        wait_logged(log, "completed")
     lines = [line for line in log.read_text().splitlines() if line.strip()]
     assert any("completed" in line for line in lines), lines
     for line in lines:

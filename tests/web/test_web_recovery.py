@@ -23,6 +23,7 @@ from webapp.transcript import (
     UserEntry,
 )
 from webapp.web import create_app
+from webapp.web.app_state import WebApp
 
 RUN = "0f" * 16
 
@@ -243,11 +244,7 @@ async def test_shutdown_mid_run_resumes_on_the_next_start(tmp_path: Path):
     async with second.router.lifespan_context(second):
         web = second.state.web
 
-        async def idle() -> bool:
-            chat = await web.chats.get(EVERY_CHAT, chat_id)
-            return chat is not None and chat.active_run_id is None
-
-        await eventually(idle, 10, "the resumed run to finish")
+        await wait_idle(web, chat_id, "the resumed run to finish")
         segments = await web.session.segments(chat_id)
         assert [(s.run_id, s.entries) for s in segments] == [
             (run_id, [UserEntry("talk"), AssistantEntry(words)])
@@ -344,11 +341,7 @@ async def test_a_continue_interrupted_by_a_shutdown_resumes_as_one_reply(tmp_pat
     async with second.router.lifespan_context(second):
         web = second.state.web
 
-        async def idle() -> bool:
-            chat = await web.chats.get(EVERY_CHAT, chat_id)
-            return chat is not None and chat.active_run_id is None
-
-        await eventually(idle, 10, "the resumed continuation to finish")
+        await wait_idle(web, chat_id, "the resumed continuation to finish")
         (segment,) = await web.session.segments(chat_id)
         assert segment.run_id == run_id
         assert segment.entries == [UserEntry("talk"), AssistantEntry(stopped + " " + rest)]
@@ -359,3 +352,13 @@ async def test_a_continue_interrupted_by_a_shutdown_resumes_as_one_reply(tmp_pat
             page = parse_html((await http.get(f"/chats/{chat_id}")).text)
         (reply,) = replies(page)
         assert reply.attrs["data-run-id"] == run_id
+
+
+async def wait_idle(web: WebApp, chat_id: str, what: str) -> None:
+    """Until ``chat_id`` has no run in flight in the app ``web``."""
+
+    async def idle() -> bool:
+        chat = await web.chats.get(EVERY_CHAT, chat_id)
+        return chat is not None and chat.active_run_id is None
+
+    await eventually(idle, 10, what)

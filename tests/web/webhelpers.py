@@ -481,6 +481,11 @@ _SQLITE_STEPS_UNDONE: dict[int, tuple[str, ...]] = {
 }
 
 
+def undone(*steps: int) -> tuple[str, ...]:
+    """The statements that take schema ``steps`` back, in the order given."""
+    return tuple(s for step in steps for s in _SQLITE_STEPS_UNDONE[step])
+
+
 def sqlite_chats_schema_as_of(conn: Any, version: int) -> None:
     """Take a chat database (a `sqlite3` connection) back to schema ``version``."""
     newest = max(_SQLITE_STEPS_UNDONE) + 1
