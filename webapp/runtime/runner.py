@@ -165,7 +165,7 @@ class _Run:
     entries: list[Entry] = field(default_factory=list)  # the run's own
     unsaved: list[Entry] = field(default_factory=list)
     head: RunHead = field(init=False)
-    partial: str = ""  # text streamed in the turn in flight
+    partial: list[str] = field(default_factory=list)  # pieces of the turn's text so far
     resumed: streaming.StreamedTurn | None = None  # saved text a resume's first turn continues
     saves: streaming.Saves = streaming.NO_SAVES  # saves the text of the turn in flight
     finish_reason: str | None = None
@@ -313,12 +313,12 @@ class _Run:
             continue_final=resumed is not None or continues_final(self.entries, view),
         )
         reasoning, calls, self.finish_reason = (resumed.reasoning if resumed else ""), [], None
-        self.partial = resumed.text if resumed else ""
+        self.partial = [resumed.text] if resumed and resumed.text else []
         self.saves = streaming.turn_saves(self.checkpoint, self.run_id, self.head.turns, resumed)
         async for part in paced(model.stream(request)):
             if isinstance(part, TextPart) and part.text:
                 first = not self.partial
-                self.partial += part.text
+                self.partial.append(part.text)  # joined once: += would copy it per token
                 self.saves.add_text(part.text)
                 self.emit(TextDelta(part.text))
                 if first:  # its readers send it on before the rest of a burst is read
@@ -337,7 +337,7 @@ class _Run:
             elif isinstance(part, FinishPart):
                 self.finish_reason = part.reason
         await self.saves.close(flush=False)  # the turn's own save, next, holds all of it
-        text, self.partial = self.partial, ""
+        text, self.partial = "".join(self.partial), []
         produced: list[Entry] = [ReasoningEntry(reasoning)] if reasoning else []
         produced += [AssistantEntry(text)] if text else []
         self.head = replace(self.head, turns=self.head.turns + 1)
@@ -570,7 +570,8 @@ class _Run:
 
     def _entries_seen(self) -> list[Entry]:
         """Finished entries plus the partial text the user already saw."""
-        return self.entries + ([AssistantEntry(self.partial)] if self.partial else [])
+        text = "".join(self.partial)
+        return self.entries + ([AssistantEntry(text)] if text else [])
 
     def _result(self, output: str, finish_reason: str | None) -> RunResult:
         return RunResult(
