@@ -473,8 +473,12 @@ PACED50 = "paced 25 tok/s, 50 chats: CPU ms / 1k tokens"
 LOAD1, LOAD10 = "load, 1,000 runs: ms", "load, 10,000 runs: ms"
 ROWS: list[tuple[str, str, str, float]] = [
     (BURST1, "floor", "<= 1.3x the floor", 1.3),
+    ("burst, 1 chat: of it, off the loop's thread", "floor", "", 0.0),
+    ("burst, 1 chat: context switches / reply", "floor", "", 0.0),
     (BURST50, "floor", "<= 1.3x the floor", 1.3),
     (PACED50, "floor", "<= 1.3x the floor", 1.3),
+    ("paced 25 tok/s, 50 chats: of it, off the loop's thread", "floor", "", 0.0),
+    ("paced 25 tok/s, 50 chats: context switches / reply", "floor", "", 0.0),
     ("first token added (p50 ms)", "lovia", "<= 0.5x lovia", 0.5),
     ("endpoint's token 1 -> client (p50 ms)", "lovia", "", 0.0),
     ("first token added, paced 100 tok/s (p50 ms)", "lovia", "<= 0.5x lovia", 0.5),
@@ -504,7 +508,7 @@ def report(samples: Figures, args: argparse.Namespace) -> None:
         ratio = a / b if b else float("inf")
         verdict = "-" if not goal else "yes" if ratio <= limit else "NO"
         shown = "".join(f"{c:>9,.1f}" if c is not None else f"{'-':>9}" for c in cells.values())
-        tag = f"{ratio:>6.2f}x{'f' if reference == 'floor' else 'l'}"
+        tag = f"{ratio:>6.2f}x{'f' if reference == 'floor' else 'l'}" if b else f"{'-':>8}"
         print(f"{metric:<{width}}{shown}{tag}  {goal:<19}{verdict}")
     print("ratio = ours / the floor (xf) or / lovia (xl); noisy on a shared machine")
 

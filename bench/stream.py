@@ -167,6 +167,25 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def thread_figures(pid: int) -> tuple[float, int]:
+    """CPU seconds of the process's threads other than its first (the event loop's:
+    the store's aiosqlite threads, Markdown's pool), and context switches of all."""
+    off_loop, switches = 0.0, 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                status = f.read()
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        if task != str(pid):
+            off_loop += (int(fields[11]) + int(fields[12])) / TICK
+        # voluntary (waits: for work, a lock, the GIL) and involuntary (preempted)
+        switches += sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_sw" in line)
+    return off_loop, switches
+
+
 def wait_listening(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -398,7 +417,7 @@ class Bench:
                 for _ in range(chats * rounds)
             ]
             results: list[tuple[str, Stream]] = []
-            before = cpu_seconds(app.pid)
+            before, threads_before = cpu_seconds(app.pid), thread_figures(app.pid)
             for r in range(rounds):
                 asks = [self.ask(tokens, rate) for _ in range(chats)]
                 batch = ids[r * chats : (r + 1) * chats]
@@ -407,6 +426,7 @@ class Bench:
                 )
                 results += [(rid, s) for (rid, _), s in zip(asks, got, strict=True)]
             used = cpu_seconds(app.pid) - before
+            threads_after = thread_figures(app.pid)
         want = expected_text(tokens)
         wrong = [rid for rid, stream in results if stream.text != want]
         if wrong:
@@ -423,6 +443,12 @@ class Bench:
         elif name is not None:
             kilotokens = len(results) * tokens / 1000
             self.add(app.label, f"{name}: CPU ms / 1k tokens", 1000 * used / kilotokens)
+            off_loop = threads_after[0] - threads_before[0]
+            switches = threads_after[1] - threads_before[1]
+            self.add(
+                app.label, f"{name}: of it, off the loop's thread", 1000 * off_loop / kilotokens
+            )
+            self.add(app.label, f"{name}: context switches / reply", switches / len(results))
             if app.label in self.fixed:  # without the send, run start and final reply
                 streaming = used - len(results) * self.fixed[app.label]
                 self.add(app.label, f"{name}: streaming only", 1000 * streaming / kilotokens)

@@ -3,7 +3,8 @@
 What `webapp.models.openai_chat` gets back from an endpoint, turned into the
 runtime's parts without the HTTP around it. Per token this is the hot path:
 the common chunk (one choice, a piece of text) takes a fast path, and the
-texts of one read go on as one part.
+texts of one piece of the body (several events in one HTTP chunk) go on as one
+part.
 """
 
 from __future__ import annotations
