@@ -570,8 +570,7 @@ class _Run:
 
     def _entries_seen(self) -> list[Entry]:
         """Finished entries plus the partial text the user already saw."""
-        text = "".join(self.partial)
-        return self.entries + ([AssistantEntry(text)] if text else [])
+        return self.entries + ([AssistantEntry(text)] if (text := "".join(self.partial)) else [])
 
     def _result(self, output: str, finish_reason: str | None) -> RunResult:
         return RunResult(
