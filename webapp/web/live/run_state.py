@@ -105,7 +105,7 @@ class RunState:
     new_turn: set[str] = field(default_factory=lambda: {TEXT, REASONING})
     input_attachments: tuple[Attachment, ...] = ()  # the files its message brought (§14)
     # Deltas the run emitted since the log's last record, recorded together at the end
-    # of this turn of the event loop (`RunManager._take`).
+    # of this turn of the event loop (`Recorder.take`).
     unrecorded: list[Event] = field(default_factory=list, init=False, repr=False)
     _waiters: set[asyncio.Future[None]] = field(default_factory=set, init=False, repr=False)
 
