@@ -162,7 +162,12 @@ def free_port() -> int:
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (all its threads), from /proc/<pid>/stat."""
-    with open(f"/proc/{pid}/stat") as f:
+    return _stat_cpu(f"/proc/{pid}/stat")
+
+
+def _stat_cpu(path: str) -> float:
+    """utime + stime from a /proc ``stat`` file (a process's or one thread's)."""
+    with open(path) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
 
@@ -173,14 +178,13 @@ def thread_figures(pid: int) -> tuple[float, int]:
     off_loop, switches = 0.0, 0
     for task in os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/{pid}/task/{task}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            cpu = _stat_cpu(f"/proc/{pid}/task/{task}/stat")
             with open(f"/proc/{pid}/task/{task}/status") as f:
                 status = f.read()
         except FileNotFoundError:  # a thread that ended meanwhile
             continue
         if task != str(pid):
-            off_loop += (int(fields[11]) + int(fields[12])) / TICK
+            off_loop += cpu
         # voluntary (waits: for work, a lock, the GIL) and involuntary (preempted)
         switches += sum(int(line.split()[1]) for line in status.splitlines() if "ctxt_sw" in line)
     return off_loop, switches
